@@ -1,0 +1,49 @@
+# Every target bootstraps itself on a machine that has only python3:
+# uv is installed into .tools/ if missing, then the locked environment is synced.
+SHELL := /bin/bash
+UV_SYSTEM := $(shell command -v uv 2>/dev/null)
+UV := $(if $(UV_SYSTEM),$(UV_SYSTEM),$(CURDIR)/.tools/bin/uv)
+RUN := $(UV) run --locked --no-sync
+
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export PREFECT_CLI_PROMPT ?= false
+
+.PHONY: test demo serve bench lint typecheck pytest sync clean
+
+$(CURDIR)/.tools/bin/uv:
+	python3 -m venv .tools
+	.tools/bin/python -m pip install --quiet --disable-pip-version-check uv
+
+.venv/.synced: uv.lock pyproject.toml | $(UV)
+	$(UV) sync --locked --all-groups
+	@touch $@
+
+sync: .venv/.synced
+
+lint: sync
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+
+typecheck: sync
+	$(RUN) mypy
+
+pytest: sync
+	$(RUN) pytest -q $(PYTEST_ARGS)
+
+## make test: lint, type-check and the whole test suite (what CI runs)
+test: lint typecheck pytest
+
+## make demo: the main job against the embedded sandbox and a local Prefect server
+demo: sync
+	$(RUN) python -m deployments.demo
+
+## make serve: sandbox + Prefect server + worker + deployments, until Ctrl-C
+serve: sync
+	$(RUN) python -m deployments.serve
+
+## make bench: benchmarks against a plain httpx baseline; writes bench/RESULTS.md
+bench: sync
+	$(RUN) python -m bench
+
+clean:
+	rm -rf .venv .tools .mypy_cache .ruff_cache .pytest_cache

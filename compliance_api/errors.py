@@ -1,0 +1,110 @@
+"""The small exception hierarchy every layer catches.
+
+Each error carries the operation it came from and the server's message, never a secret:
+messages are read from the response body, which the service never fills with credentials,
+and request bodies (which may carry them) are never copied into an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ComplianceError(Exception):
+    """Root of everything this package raises on purpose."""
+
+
+class ConfigurationError(ComplianceError):
+    """A setting is missing or malformed; the message names the environment variable."""
+
+
+class InputError(ComplianceError, ValueError):
+    """Client-side validation failed before any request was made."""
+
+    def __init__(self, field: str, value: Any, problem: str, *, item: str | None = None) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        self.item = item
+        where = f"{item}: " if item else ""
+        super().__init__(f"{where}{field}={value!r}: {problem}")
+
+
+class APIError(ComplianceError):
+    """A call to the service did not succeed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str,
+        status_code: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        self.message = message
+        self.operation = operation
+        self.status_code = status_code
+        self.code = code
+        detail = " ".join(part for part in (str(status_code or ""), code or "") if part)
+        prefix = f"{operation} failed ({detail})" if detail else f"{operation} failed"
+        super().__init__(f"{prefix}: {message}")
+
+
+class TransportError(APIError):
+    """No response arrived. ``request_sent`` is False only when the request provably never left."""
+
+    def __init__(self, message: str, *, operation: str, request_sent: bool) -> None:
+        self.request_sent = request_sent
+        super().__init__(message, operation=operation)
+
+
+class APIStatusError(APIError):
+    """The service answered with an error status."""
+
+
+class InvalidRequestError(APIStatusError):
+    """400 / 422: the service rejected the request's content."""
+
+
+class InvalidScopeError(InvalidRequestError):
+    """400 invalid_scope: a scope not allowed for the application type."""
+
+
+class AuthenticationError(APIStatusError):
+    """401: the token is expired, superseded or not the caller's."""
+
+
+class InvalidClientError(AuthenticationError):
+    """401 invalid_client: wrong id or secret, typically after a secret rotation."""
+
+
+class PermissionDeniedError(APIStatusError):
+    """403: authenticated, but not allowed (missing scope or entitlement)."""
+
+
+class NotFoundError(APIStatusError):
+    """404: the identified resource does not exist."""
+
+
+class ConflictError(APIStatusError):
+    """409: the request conflicts with the resource's current state."""
+
+
+class RateLimitedError(APIStatusError):
+    """429: too many requests; ``retry_after`` is in seconds when the server said."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str,
+        status_code: int | None = 429,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, operation=operation, status_code=status_code, code=code)
+
+
+class ServerError(APIStatusError):
+    """5xx: a transient failure on the service's side."""

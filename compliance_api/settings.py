@@ -1,0 +1,223 @@
+"""Settings from the environment (prefix ``COMPLIANCE_``) and an optional ``.env`` file.
+
+Everything is checked when the settings load, so a typo fails the run before the first call,
+with a message naming the environment variable, and never the value of a secret.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+from cryptography.fernet import Fernet, MultiFernet
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from compliance_api.errors import ConfigurationError
+
+ENV_PREFIX = "COMPLIANCE_"
+DEFAULT_BASE_URL = "http://127.0.0.1:8700"
+DEFAULT_SCOPE_NAMESPACE = "service-api"
+
+
+class ApplicationType(StrEnum):
+    MANAGE = "manage"
+    INTEGRATION_PRIVATE = "integration_private"
+    INTEGRATION_PUBLIC = "integration_public"
+    AUDITOR = "auditor"
+
+    @property
+    def grant_type(self) -> str:
+        if self is ApplicationType.INTEGRATION_PUBLIC:
+            return "authorization_code"
+        return "client_credentials"
+
+
+def allowed_scopes(
+    app_type: ApplicationType, namespace: str = DEFAULT_SCOPE_NAMESPACE
+) -> list[str]:
+    """Scopes each application type may request (spec §5.7; vendor scopes from the real service)."""
+    if app_type is ApplicationType.MANAGE:
+        suffixes = [
+            "all:read",
+            "all:write",
+            "documents:upload",
+            "documents:read",
+            "documents:list",
+            "documents:write",
+            "vendors:read",
+            "vendors:write",
+        ]
+        return [f"{namespace}.{suffix}" for suffix in suffixes]
+    if app_type is ApplicationType.AUDITOR:
+        return [
+            "auditor-api.audit:read",
+            "auditor-api.audit:write",
+            "auditor-api.auditor:read",
+            "auditor-api.auditor:write",
+        ]
+    return [
+        "connectors.self:read-resource",
+        "connectors.self:write-resource",
+        "self:read-document",
+        "self:write-document",
+    ]
+
+
+def default_scopes(
+    app_type: ApplicationType, namespace: str = DEFAULT_SCOPE_NAMESPACE
+) -> list[str]:
+    if app_type is ApplicationType.MANAGE:
+        return [f"{namespace}.all:read", f"{namespace}.all:write"]
+    if app_type is ApplicationType.AUDITOR:
+        return ["auditor-api.audit:read", "auditor-api.auditor:read"]
+    return ["connectors.self:read-resource", "self:read-document", "self:write-document"]
+
+
+def _split_words(value: Any) -> Any:
+    """Accept ``"a b"``, ``"a,b"`` or a list, as people write scopes and keys in env files."""
+    if isinstance(value, str):
+        return [word for word in value.replace(",", " ").split() if word]
+    return value
+
+
+class Settings(BaseSettings):
+    """Connection, credentials and behaviour of the client."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+    )
+
+    base_url: str = DEFAULT_BASE_URL
+    gov_base_url: str | None = None
+    use_gov: bool = False
+    auth_url: str | None = None
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr
+    application_type: ApplicationType = ApplicationType.MANAGE
+    scope_namespace: str = DEFAULT_SCOPE_NAMESPACE
+    scopes: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    source_id: str | None = None
+    redirect_uri: str | None = None
+    token_encryption_key: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    token_renewal_margin_seconds: int = Field(default=300, ge=0, le=3000)
+    state_dir: Path = Path.home() / ".compliance-flows"
+    http_timeout_seconds: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=5, ge=0, le=20)
+    token_rate_limit_name: str = "compliance-token-endpoint"  # noqa: S105 - a name
+
+    @field_validator("scopes", mode="before")
+    @classmethod
+    def _parse_scopes(cls, value: Any) -> Any:
+        return _split_words(value)
+
+    @field_validator("token_encryption_key", mode="before")
+    @classmethod
+    def _parse_keys(cls, value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        return _split_words(value)
+
+    @field_validator("token_encryption_key")
+    @classmethod
+    def _check_keys(cls, value: list[SecretStr]) -> list[SecretStr]:
+        for index, key in enumerate(value):
+            try:
+                Fernet(key.get_secret_value())
+            except (ValueError, TypeError):
+                raise ValueError(
+                    f"key #{index + 1} is not a Fernet key (32 url-safe base64 bytes); "
+                    "generate one with: python -c 'from cryptography.fernet import Fernet; "
+                    "print(Fernet.generate_key().decode())'"
+                ) from None
+        return value
+
+    @field_validator("base_url", "gov_base_url", "auth_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check_combination(self) -> Settings:
+        if self.use_gov and not self.gov_base_url:
+            raise ValueError(f"{ENV_PREFIX}USE_GOV is true but {ENV_PREFIX}GOV_BASE_URL is not set")
+        if self.application_type is ApplicationType.INTEGRATION_PUBLIC and not self.source_id:
+            raise ValueError(
+                f"{ENV_PREFIX}SOURCE_ID is required when {ENV_PREFIX}APPLICATION_TYPE="
+                "integration_public (tokens are scoped to client_id and source_id)"
+            )
+        allowed = allowed_scopes(self.application_type, self.scope_namespace)
+        not_allowed = [scope for scope in self.scopes if scope not in allowed]
+        if not_allowed:
+            raise ValueError(
+                f"{ENV_PREFIX}SCOPES has {', '.join(not_allowed)}, not allowed for application "
+                f"type {self.application_type.value}; allowed: {', '.join(allowed)}"
+            )
+        if not self.scopes:
+            object.__setattr__(
+                self, "scopes", default_scopes(self.application_type, self.scope_namespace)
+            )
+        return self
+
+    @property
+    def tier(self) -> str:
+        return "gov" if self.use_gov else "commercial"
+
+    @property
+    def api_base_url(self) -> str:
+        """Where data and token calls go: the government tier replaces the base URL for both."""
+        if self.use_gov:
+            assert self.gov_base_url is not None
+            return self.gov_base_url
+        return self.base_url
+
+    @property
+    def authorize_url(self) -> str:
+        return f"{self.auth_url or self.api_base_url}/oauth/authorize"
+
+    @property
+    def scope_string(self) -> str:
+        return " ".join(self.scopes)
+
+    def fernet(self) -> MultiFernet:
+        """The cipher for tokens at rest; the first key encrypts, every key decrypts."""
+        if not self.token_encryption_key:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}TOKEN_ENCRYPTION_KEY is not set: tokens are only stored encrypted. "
+                "Generate a key with: python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())'"
+            )
+        return MultiFernet([Fernet(key.get_secret_value()) for key in self.token_encryption_key])
+
+
+def _env_name(location: tuple[int | str, ...]) -> str:
+    if not location:
+        return "settings"
+    return f"{ENV_PREFIX}{str(location[0]).upper()}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Load settings, turning pydantic's report into one that names environment variables.
+
+    Input values are left out of the message on purpose: they may be secrets.
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_input=False, include_url=False):
+            message = str(error["msg"]).removeprefix("Value error, ")
+            if error["type"] == "missing":
+                message = "is required but not set"
+            name = _env_name(tuple(error["loc"]))
+            problems.append(message if message.startswith(ENV_PREFIX) else f"{name}: {message}")
+        raise ConfigurationError("Invalid settings:\n  " + "\n  ".join(problems)) from None

@@ -1,0 +1,25 @@
+"""Test-session environment: a private PREFECT_HOME and quiet Prefect, set before Prefect loads.
+
+Fixtures live in ``tests/fixtures/`` (one module per area) and are registered here.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+_HOME = tempfile.mkdtemp(prefix="compliance-flows-tests-")
+os.environ["PREFECT_HOME"] = os.path.join(_HOME, "prefect")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["PREFECT_CLI_PROMPT"] = "false"
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ["COMPLIANCE_STATE_DIR"] = os.path.join(_HOME, "state")
+# Keep a developer's own .env or COMPLIANCE_* variables out of the tests.
+for _name in list(os.environ):
+    if _name.startswith("COMPLIANCE_") and _name != "COMPLIANCE_STATE_DIR":
+        del os.environ[_name]
+
+pytest_plugins = [
+    "tests.fixtures.prefect",
+    "tests.fixtures.sandbox",
+]
