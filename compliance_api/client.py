@@ -1,0 +1,581 @@
+"""The async data client: one method per operation of the Compliance API.
+
+One pooled ``httpx.AsyncClient`` serves every call. Bearer tokens come from a
+:class:`~compliance_api.auth.TokenProvider`; on a 401 the client asks it to replace exactly the
+token that failed and resends once. Transient failures are retried with tenacity, but only
+where a repeat cannot double-apply (see :mod:`compliance_api.retry`). Errors are the package's
+own (:mod:`compliance_api.errors`) and never carry a secret or an httpx object.
+
+Usable from plain Python::
+
+    async with ComplianceClient(url, StaticTokenProvider(token)) as client:
+        async for entry in client.iter_event_logs(start_date=since):
+            ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from compliance_api.auth import AccessToken, TokenProvider
+from compliance_api.errors import APIError, InputError, TransportError
+from compliance_api.http_errors import error_from_response, error_from_transport
+from compliance_api.models import (
+    MAX_PAGE_SIZE,
+    AccountUpdate,
+    AnswerLibraryEntry,
+    AnswerLibraryFilter,
+    ApproveQuestionnaire,
+    CustomerTrustAccount,
+    DocumentLink,
+    DocumentLinkCreate,
+    EventLogEntry,
+    GroupUpdateResult,
+    KnowledgeBaseFilter,
+    KnowledgeBaseResource,
+    ListEnvelope,
+    PackageVulnerability,
+    Page,
+    ProductContext,
+    Questionnaire,
+    QuestionnaireUpdate,
+    ResourcesEnvelope,
+    ResultsEnvelope,
+    TagCategory,
+    TagCategoryDetail,
+    UserSecurityTrainingStatus,
+    Vendor,
+    add_people_body,
+    coerce_request,
+    iso_timestamp,
+)
+from compliance_api.retry import RetryMode, RetryNotice, RetryPolicy, retrying
+from compliance_api.settings import Settings
+
+__all__ = ["ClientStats", "ComplianceClient", "DEFAULT_LIMITS"]
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+#: sized for 16-32 concurrent task runs sharing one client
+DEFAULT_LIMITS = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=30)
+USER_AGENT = "compliance-flows/0.1 (+httpx)"
+
+_KB_PAGE = ListEnvelope[KnowledgeBaseResource]
+_ANSWER_PAGE = ListEnvelope[AnswerLibraryEntry]
+_EVENT_PAGE = ListEnvelope[EventLogEntry]
+_GROUP_RESULTS = ResultsEnvelope[GroupUpdateResult]
+_TAG_CATEGORIES = ResultsEnvelope[TagCategory]
+_VULNERABILITIES = ResourcesEnvelope[PackageVulnerability]
+_TRAININGS = ResourcesEnvelope[UserSecurityTrainingStatus]
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass
+class ClientStats:
+    """Counters a flow or benchmark can read: HTTP requests sent, retries, token replacements."""
+
+    requests: int = 0
+    retries: int = 0
+    token_replacements: int = 0
+
+
+class ComplianceClient:
+    """One client per event loop; share it between tasks (the connection pool is the point)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token_provider: TokenProvider,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 5,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_policy: RetryPolicy | None = None,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+        on_retry: Callable[[RetryNotice], None] | None = None,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._tokens = token_provider
+        self._policy = retry_policy or RetryPolicy.from_max_retries(max_retries)
+        self._on_retry = on_retry
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout),
+            limits=limits,
+            transport=transport,
+            headers={"Accept": "application/json", "User-Agent": USER_AGENT},
+            follow_redirects=False,
+        )
+        self.stats = ClientStats()
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, token_provider: TokenProvider, **kwargs: Any
+    ) -> ComplianceClient:
+        """Wire base URL (gov tier included), timeout and retries from ``COMPLIANCE_*``."""
+        kwargs.setdefault("timeout", settings.http_timeout_seconds)
+        kwargs.setdefault("max_retries", settings.max_retries)
+        return cls(settings.api_base_url, token_provider, **kwargs)
+
+    @property
+    def base_url(self) -> str:
+        """Where requests go (the gov base URL for government-tier customers)."""
+        return self._base_url
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close pooled connections; the client cannot be used afterwards."""
+        await self._http.aclose()
+
+    def __repr__(self) -> str:
+        return f"ComplianceClient(base_url={self._base_url!r})"
+
+    # ----------------------------------------------------------------------------------------
+    # Knowledge base and answer library (paginated)
+    # ----------------------------------------------------------------------------------------
+
+    async def list_knowledge_base_resources_page(
+        self,
+        filters: KnowledgeBaseFilter | Mapping[str, Any] | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+        page_cursor: str | None = None,
+    ) -> Page[KnowledgeBaseResource]:
+        """One page, for callers that checkpoint the cursor themselves."""
+        params = _page_params(page_size, page_cursor)
+        if filters is not None:
+            params += coerce_request(KnowledgeBaseFilter, filters).to_params()
+        return await self._get_page(
+            "list_knowledge_base_resources", "/v1/knowledge-base/resources", params, _KB_PAGE
+        )
+
+    async def iter_knowledge_base_resource_pages(
+        self,
+        filters: KnowledgeBaseFilter | Mapping[str, Any] | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+        page_cursor: str | None = None,
+    ) -> AsyncIterator[Page[KnowledgeBaseResource]]:
+        """Every page in order, one in memory at a time."""
+        flt = _filter(KnowledgeBaseFilter, filters)
+        _check_page_size(page_size)
+
+        async def fetch(cursor: str | None) -> Page[KnowledgeBaseResource]:
+            return await self.list_knowledge_base_resources_page(flt, page_size, cursor)
+
+        async for page in _follow(fetch, page_cursor, "list_knowledge_base_resources"):
+            yield page
+
+    async def iter_knowledge_base_resources(
+        self,
+        filters: KnowledgeBaseFilter | Mapping[str, Any] | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+    ) -> AsyncIterator[KnowledgeBaseResource]:
+        """Every matching resource, following cursors so callers never see pages."""
+        async for page in self.iter_knowledge_base_resource_pages(filters, page_size):
+            for item in page.data:
+                yield item
+
+    async def list_answer_library_page(
+        self,
+        filters: AnswerLibraryFilter | Mapping[str, Any] | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+        page_cursor: str | None = None,
+    ) -> Page[AnswerLibraryEntry]:
+        """One page, for callers that checkpoint the cursor themselves."""
+        params = _page_params(page_size, page_cursor)
+        if filters is not None:
+            params += coerce_request(AnswerLibraryFilter, filters).to_params()
+        return await self._get_page(
+            "list_answer_library", "/v1/knowledge-base/answer-library", params, _ANSWER_PAGE
+        )
+
+    async def iter_answer_library_pages(
+        self,
+        filters: AnswerLibraryFilter | Mapping[str, Any] | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+        page_cursor: str | None = None,
+    ) -> AsyncIterator[Page[AnswerLibraryEntry]]:
+        """Every page in order, one in memory at a time."""
+        flt = _filter(AnswerLibraryFilter, filters)
+        _check_page_size(page_size)
+
+        async def fetch(cursor: str | None) -> Page[AnswerLibraryEntry]:
+            return await self.list_answer_library_page(flt, page_size, cursor)
+
+        async for page in _follow(fetch, page_cursor, "list_answer_library"):
+            yield page
+
+    async def iter_answer_library(
+        self,
+        filters: AnswerLibraryFilter | Mapping[str, Any] | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+    ) -> AsyncIterator[AnswerLibraryEntry]:
+        """Every matching answer, following cursors."""
+        async for page in self.iter_answer_library_pages(filters, page_size):
+            for item in page.data:
+                yield item
+
+    # ----------------------------------------------------------------------------------------
+    # Event logs (paginated)
+    # ----------------------------------------------------------------------------------------
+
+    async def list_event_logs_page(
+        self,
+        start_date: datetime | None = None,
+        page_cursor: str | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+    ) -> Page[EventLogEntry]:
+        """One page; a watcher stores ``page_info.end_cursor`` to resume where it stopped."""
+        params = _page_params(page_size, page_cursor)
+        if start_date is not None:
+            params.append(("startDate", _iso(start_date, "start_date")))
+        return await self._get_page("list_event_logs", "/v1/event-logs", params, _EVENT_PAGE)
+
+    async def iter_event_log_pages(
+        self,
+        start_date: datetime | None = None,
+        page_cursor: str | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+    ) -> AsyncIterator[Page[EventLogEntry]]:
+        """Every page from ``page_cursor`` (or the start) in order, one in memory at a time."""
+        _check_page_size(page_size)
+        if start_date is not None:
+            _iso(start_date, "start_date")
+
+        async def fetch(cursor: str | None) -> Page[EventLogEntry]:
+            return await self.list_event_logs_page(start_date, cursor, page_size)
+
+        async for page in _follow(fetch, page_cursor, "list_event_logs"):
+            yield page
+
+    async def iter_event_logs(
+        self,
+        start_date: datetime | None = None,
+        page_cursor: str | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+    ) -> AsyncIterator[EventLogEntry]:
+        """Every event at or after ``start_date`` (or after ``page_cursor``), oldest page first."""
+        async for page in self.iter_event_log_pages(start_date, page_cursor, page_size):
+            for item in page.data:
+                yield item
+
+    # ----------------------------------------------------------------------------------------
+    # Questionnaires and accounts
+    # ----------------------------------------------------------------------------------------
+
+    async def update_questionnaire(
+        self, questionnaire_id: str, update: QuestionnaireUpdate | Mapping[str, Any]
+    ) -> Questionnaire:
+        """Change status, owner, due date, tags...; only the fields set on ``update`` are sent."""
+        path = f"/v1/customer-trust/questionnaires/{_segment('questionnaire_id', questionnaire_id)}"
+        body = coerce_request(QuestionnaireUpdate, update).to_wire_json()
+        response = await self._call("update_questionnaire", "PATCH", path, content=body)
+        return _parse(Questionnaire, response, "update_questionnaire")
+
+    async def approve_questionnaire(
+        self, questionnaire_id: str, status_change_message: str | None = None
+    ) -> Questionnaire:
+        """Approve, optionally with the reason shown in the status log; safe to repeat."""
+        ident = _segment("questionnaire_id", questionnaire_id)
+        path = f"/v1/customer-trust/questionnaires/{ident}/approve"
+        body = ApproveQuestionnaire(status_change_message=status_change_message).to_wire_json()
+        response = await self._call("approve_questionnaire", "POST", path, content=body)
+        return _parse(Questionnaire, response, "approve_questionnaire")
+
+    async def update_account(
+        self, account_id: str, update: AccountUpdate | Mapping[str, Any]
+    ) -> CustomerTrustAccount:
+        """Rename, set custom fields or replace tags per category on a customer-trust account."""
+        path = f"/v1/customer-trust/accounts/{_segment('account_id', account_id)}"
+        body = coerce_request(AccountUpdate, update).to_wire_json()
+        response = await self._call("update_account", "PATCH", path, content=body)
+        return _parse(CustomerTrustAccount, response, "update_account")
+
+    # ----------------------------------------------------------------------------------------
+    # Vendors, documents, groups
+    # ----------------------------------------------------------------------------------------
+
+    async def add_discovered_vendor_to_managed(self, discovered_vendor_id: str) -> Vendor:
+        """Promote a discovered vendor; the service treats a repeat as the same promotion."""
+        ident = _segment("discovered_vendor_id", discovered_vendor_id)
+        path = f"/v1/discovered-vendors/{ident}/add-to-managed"
+        response = await self._call("add_discovered_vendor_to_managed", "POST", path)
+        return _parse(Vendor, response, "add_discovered_vendor_to_managed")
+
+    async def create_document_link(
+        self, document_id: str, link: DocumentLinkCreate | Mapping[str, Any]
+    ) -> DocumentLink:
+        """Attach a link; not idempotent, so it is resent only if it provably never left."""
+        path = f"/v1/documents/{_segment('document_id', document_id)}/links"
+        body = coerce_request(DocumentLinkCreate, link).to_wire_json()
+        response = await self._call(
+            "create_document_link", "POST", path, content=body, mode=RetryMode.UNSENT_ONLY
+        )
+        return _parse(DocumentLink, response, "create_document_link")
+
+    async def add_people_to_group(
+        self, group_id: str, person_ids: Sequence[str]
+    ) -> list[GroupUpdateResult]:
+        """Add 1-100 people; per-person failures come back as ERROR items, in request order."""
+        path = f"/v1/groups/{_segment('group_id', group_id)}/add-people"
+        body = add_people_body(person_ids)
+        response = await self._call("add_people_to_group", "POST", path, content=body)
+        results = _parse(_GROUP_RESULTS, response, "add_people_to_group").results
+        if len(results) != len(person_ids):
+            raise APIError(
+                f"service returned {len(results)} results for {len(person_ids)} people",
+                operation="add_people_to_group",
+                status_code=response.status_code,
+            )
+        return results
+
+    # ----------------------------------------------------------------------------------------
+    # Connector resources
+    # ----------------------------------------------------------------------------------------
+
+    async def list_package_vulnerabilities(self, resource_id: str) -> list[PackageVulnerability]:
+        """Vulnerable packages a connector reported for one registered resource."""
+        params = [("resourceId", _required("resource_id", resource_id))]
+        response = await self._call(
+            "list_package_vulnerabilities",
+            "GET",
+            "/v1/resources/package_vulnerability_connectors",
+            params=params,
+        )
+        return _parse(_VULNERABILITIES, response, "list_package_vulnerabilities").resources
+
+    async def list_user_security_training(
+        self, resource_id: str
+    ) -> list[UserSecurityTrainingStatus]:
+        """Security-training statuses a connector reported for one registered resource."""
+        params = [("resourceId", _required("resource_id", resource_id))]
+        response = await self._call(
+            "list_user_security_training",
+            "GET",
+            "/v1/resources/user_security_training_status",
+            params=params,
+        )
+        return _parse(_TRAININGS, response, "list_user_security_training").resources
+
+    # ----------------------------------------------------------------------------------------
+    # Tag categories (resolve names to ids for tag filters and updates)
+    # ----------------------------------------------------------------------------------------
+
+    async def list_tag_categories(
+        self, product_contexts: Sequence[ProductContext | str] | None = None
+    ) -> list[TagCategory]:
+        """All tag categories (not paginated), optionally only those of some product contexts."""
+        params = [
+            ("productContextIdsMatchesAny", _product_context(value))
+            for value in (product_contexts or ())
+        ]
+        response = await self._call(
+            "list_tag_categories", "GET", "/v1/customer-trust/tag-categories", params=params
+        )
+        return _parse(_TAG_CATEGORIES, response, "list_tag_categories").results
+
+    async def get_tag_category(self, tag_category_id: str) -> TagCategoryDetail:
+        """One category with its tags."""
+        ident = _segment("tag_category_id", tag_category_id)
+        response = await self._call(
+            "get_tag_category", "GET", f"/v1/customer-trust/tag-categories/{ident}"
+        )
+        return _parse(TagCategoryDetail, response, "get_tag_category")
+
+    # ----------------------------------------------------------------------------------------
+    # Transport
+    # ----------------------------------------------------------------------------------------
+
+    async def _get_page(
+        self,
+        operation: str,
+        path: str,
+        params: list[tuple[str, str]],
+        envelope: type[ListEnvelope[T]],
+    ) -> Page[T]:
+        response = await self._call(operation, "GET", path, params=params)
+        return _parse(envelope, response, operation).results
+
+    async def _call(
+        self,
+        operation: str,
+        method: str,
+        path: str,
+        *,
+        params: list[tuple[str, str]] | None = None,
+        content: bytes | None = None,
+        mode: RetryMode = RetryMode.IDEMPOTENT,
+    ) -> httpx.Response:
+        """Send with auth, retrying transient failures as far as ``mode`` allows."""
+        url = self._base_url + path
+        async for attempt in retrying(self._policy, mode, operation, self._note_retry):
+            with attempt:
+                return await self._attempt(operation, method, url, params, content)
+        raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+    def _note_retry(self, notice: RetryNotice) -> None:
+        self.stats.retries += 1
+        if self._on_retry is not None:
+            self._on_retry(notice)
+
+    async def _attempt(
+        self,
+        operation: str,
+        method: str,
+        url: str,
+        params: list[tuple[str, str]] | None,
+        content: bytes | None,
+    ) -> httpx.Response:
+        """One try: on a 401, replace exactly the refused token and resend once."""
+        token = await self._tokens.get_token()
+        response = await self._send(operation, method, url, params, content, token)
+        if response.status_code == 401:
+            self.stats.token_replacements += 1
+            token = await self._tokens.replace_token(token)
+            response = await self._send(operation, method, url, params, content, token)
+        if response.is_success:
+            return response
+        error = error_from_response(response, operation, secrets=(token.value.get_secret_value(),))
+        del response  # its request holds the bearer header; keep it off the traceback
+        raise error
+
+    async def _send(
+        self,
+        operation: str,
+        method: str,
+        url: str,
+        params: list[tuple[str, str]] | None,
+        content: bytes | None,
+        token: AccessToken,
+    ) -> httpx.Response:
+        self.stats.requests += 1
+        failure: TransportError
+        try:
+            return await self._http.request(
+                method,
+                url,
+                params=tuple(params) if params else None,
+                content=content,
+                headers=_headers(token, content is not None),
+            )
+        except httpx.TransportError as exc:
+            failure = error_from_transport(exc, operation)
+        # raised outside ``except`` so the httpx error (and its request headers) is not chained
+        raise failure
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _headers(token: AccessToken, has_body: bool) -> dict[str, str]:
+    headers = {"Authorization": "Bearer " + token.value.get_secret_value()}
+    if has_body:
+        headers.update(_JSON_HEADERS)
+    return headers
+
+
+def _check_page_size(page_size: int) -> int:
+    if isinstance(page_size, bool) or not isinstance(page_size, int):
+        raise InputError("page_size", page_size, "must be an integer from 1 to 100")
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise InputError("page_size", page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
+    return page_size
+
+
+def _page_params(page_size: int, page_cursor: str | None) -> list[tuple[str, str]]:
+    params = [("pageSize", str(_check_page_size(page_size)))]
+    if page_cursor is not None:
+        params.append(("pageCursor", _required("page_cursor", page_cursor)))
+    return params
+
+
+def _required(name: str, value: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(name, value, "must be a non-blank string")
+    return value
+
+
+def _segment(name: str, value: str) -> str:
+    """An identifier as one path segment: ``a/b`` must not address another route."""
+    return quote(_required(name, value), safe="")
+
+
+def _iso(moment: datetime, name: str) -> str:
+    if not isinstance(moment, datetime):
+        raise InputError(name, moment, "must be a datetime")
+    return iso_timestamp(moment)
+
+
+def _product_context(value: ProductContext | str) -> str:
+    try:
+        return ProductContext(value).value
+    except ValueError:
+        allowed = ", ".join(context.value for context in ProductContext)
+        raise InputError("product_contexts", value, f"must be one of {allowed}") from None
+
+
+F = TypeVar("F", KnowledgeBaseFilter, AnswerLibraryFilter)
+
+
+def _filter(model: type[F], filters: F | Mapping[str, Any] | None) -> F | None:
+    """Validate filters up front so a bad one fails before the first page is requested."""
+    if filters is None:
+        return None
+    result: F = coerce_request(model, filters)
+    return result
+
+
+def _parse(model: type[M], response: httpx.Response, operation: str) -> M:
+    """Parse a success body; a body that does not fit is the service's fault, said so plainly."""
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
+            for error in exc.errors(include_url=False, include_input=False)[:3]
+        )
+        message = f"unexpected response body: {problems}"
+    raise APIError(message, operation=operation, status_code=response.status_code)
+
+
+async def _follow(
+    fetch: Callable[[str | None], Awaitable[Page[T]]], cursor: str | None, operation: str
+) -> AsyncIterator[Page[T]]:
+    """Request pages by ``endCursor`` until ``hasNextPage`` is false; refuse to loop forever."""
+    while True:
+        page = await fetch(cursor)
+        yield page
+        info = page.page_info
+        if not info.has_next_page:
+            return
+        if not info.end_cursor:
+            raise APIError(
+                "the service says there is a next page but sent no endCursor to reach it",
+                operation=operation,
+            )
+        if info.end_cursor == cursor:
+            raise APIError(
+                f"the service returned the same endCursor twice ({info.end_cursor!r})",
+                operation=operation,
+            )
+        cursor = info.end_cursor

@@ -1,0 +1,136 @@
+"""Turn an HTTP failure into one of the package's exceptions, keeping secrets out.
+
+Error bodies are not published and differ between the data routes (``{error, message}``) and
+the token endpoint (OAuth's ``{error, error_description}``), so the message is read from
+``message``, then ``error_description``, then ``error``, and any other body is tolerated.
+No httpx object (whose request carries the bearer header) is kept on the raised error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+from compliance_api.errors import (
+    APIStatusError,
+    AuthenticationError,
+    ConflictError,
+    InvalidClientError,
+    InvalidRequestError,
+    InvalidScopeError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitedError,
+    ServerError,
+    TransportError,
+)
+
+MAX_MESSAGE_LENGTH = 500
+REDACTED = "[redacted]"
+
+#: failures raised before any byte of the request was written: safe to resend anything
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def read_server_message(response: httpx.Response) -> tuple[str, str | None]:
+    """``(message, code)`` from whatever body came back; never raises."""
+    code: str | None = None
+    try:
+        body = json.loads(response.content) if response.content else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        raw_code = body.get("error")
+        if isinstance(raw_code, str) and raw_code:
+            code = raw_code
+        for key in ("message", "error_description", "error"):
+            value = body.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip(), code
+    text = _plain_text(response)
+    if text:
+        return text, code
+    return response.reason_phrase or f"HTTP {response.status_code}", code
+
+
+def _plain_text(response: httpx.Response) -> str:
+    """A short non-JSON, non-HTML body is still the best explanation there is."""
+    try:
+        text = response.text.strip()
+    except (UnicodeDecodeError, LookupError):
+        return ""
+    if not text or text.startswith(("{", "[", "<")):
+        return ""
+    return text
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from ``Retry-After`` (delta-seconds or an HTTP date); None if unusable."""
+    if value is None or not value.strip():
+        return None
+    try:
+        return max(0.0, float(value.strip()))
+    except ValueError:
+        pass
+    try:
+        moment = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max(0.0, (moment - (now or datetime.now(UTC))).total_seconds())
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """A misbehaving server could echo a token back: never let it reach an exception."""
+    for secret in secrets:
+        if secret and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def error_from_response(
+    response: httpx.Response, operation: str, *, secrets: Iterable[str] = ()
+) -> APIStatusError:
+    """The exception for an error status, with the server's message and code."""
+    message, code = read_server_message(response)
+    message = redact(message, secrets)[:MAX_MESSAGE_LENGTH]
+    status = response.status_code
+    if code is not None:
+        code = redact(code, secrets)[:100]
+    if status == 429:
+        return RateLimitedError(
+            message,
+            operation=operation,
+            status_code=status,
+            code=code,
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        )
+    return _class_for(status, code)(message, operation=operation, status_code=status, code=code)
+
+
+def _class_for(status: int, code: str | None) -> type[APIStatusError]:
+    if status == 401:
+        return InvalidClientError if code == "invalid_client" else AuthenticationError
+    if status in (400, 422):
+        return InvalidScopeError if code == "invalid_scope" else InvalidRequestError
+    if status >= 500:
+        return ServerError
+    return {
+        403: PermissionDeniedError,
+        404: NotFoundError,
+        409: ConflictError,
+    }.get(status, APIStatusError)
+
+
+def error_from_transport(exc: httpx.TransportError, operation: str) -> TransportError:
+    """No response: say whether the request provably never left (then resending is safe)."""
+    request_sent = not isinstance(exc, _NOT_SENT)
+    detail = str(exc).strip() or "no detail"
+    return TransportError(
+        f"{type(exc).__name__}: {detail}", operation=operation, request_sent=request_sent
+    )
