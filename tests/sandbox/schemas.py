@@ -1,0 +1,79 @@
+"""The published response schemas (../shared/spec/vanta-schemas), keyed by "METHOD /path"."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator, FormatChecker
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA_DIR = REPO / ".." / "shared" / "spec" / "vanta-schemas"
+
+_formats = FormatChecker()
+
+
+@_formats.checks("date-time", raises=ValueError)
+def _is_datetime(value: object) -> bool:
+    if not isinstance(value, str):
+        return True
+    parsed = datetime.fromisoformat(value)
+    return "T" in value and parsed.tzinfo is not None
+
+
+@cache
+def operations() -> dict[str, dict[str, Any]]:
+    found = {}
+    for path in sorted(SCHEMA_DIR.glob("*.json")):
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        found[f"{spec['method']} {spec['path']}"] = spec
+    if len(found) < 13:
+        raise RuntimeError(f"expected 13 operation schemas in {SCHEMA_DIR}, found {len(found)}")
+    return found
+
+
+@cache
+def _validator(route: str, part: str) -> Draft202012Validator:
+    schema = operations()[route][part]
+    return Draft202012Validator(schema, format_checker=_formats)
+
+
+def validate_response(route: str, body: Any) -> None:
+    """Raise jsonschema.ValidationError if ``body`` breaks the published response schema."""
+    _validator(route, "response").validate(body)
+
+
+def validate_request(route: str, body: Any) -> None:
+    _validator(route, "request_body").validate(body)
+
+
+def expected_status(route: str) -> int:
+    return int(operations()[route]["response_status"])
+
+
+ERROR_BODY = {
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+    "required": ["error", "message"],
+    "additionalProperties": False,
+}
+OAUTH_ERROR_BODY = {
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "error_description": {"type": "string"}},
+    "required": ["error", "error_description"],
+    "additionalProperties": False,
+}
+TOKEN_BODY = {
+    "type": "object",
+    "properties": {
+        "access_token": {"type": "string", "minLength": 20},
+        "refresh_token": {"type": "string", "minLength": 20},
+        "expires_in": {"const": 3599},
+        "token_type": {"const": "Bearer"},
+    },
+    "required": ["access_token", "expires_in", "token_type"],
+    "additionalProperties": False,
+}
