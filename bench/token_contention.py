@@ -1,0 +1,255 @@
+"""Token contention: P processes x R concurrent flow runs asking for the token at once.
+
+    uv run --no-sync python -m bench.token_contention --processes 8 --runs 5
+
+Starts the sandbox (in a thread) and a Prefect test server, bootstraps the rate limit, then runs
+the shared broker ("shared") and, in the same run, a naive client that mints per process and
+re-mints on every 401 ("naive", what public clients do). Prints mints, 401s, 429s, the most
+token-endpoint calls seen in any 60 s window, and p50/p99 of the wait for a token.
+
+``child`` is the per-process worker, also used by tests/tokens/test_multiprocess.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx
+
+DATA_ROUTE = "/v1/knowledge-base/resources"
+CALLS_PER_RUN = 3
+
+
+# --------------------------------------------------------------------------- child processes
+async def _shared_child(runs: int) -> dict[str, Any]:
+    from prefect import flow
+
+    from tasks.connection import compliance_client
+    from tasks.token import get_shared_access_token
+
+    waits: list[float] = []
+
+    @flow(name="Token contention probe")
+    async def probe() -> str:
+        started = time.perf_counter()
+        info = await get_shared_access_token()
+        waits.append(time.perf_counter() - started)
+        async with compliance_client() as client:
+            for _ in range(CALLS_PER_RUN):
+                await client.list_knowledge_base_resources_page(page_size=1)
+        return info.fingerprint
+
+    fingerprints = await asyncio.gather(*(probe() for _ in range(runs)))
+    return {"fingerprints": sorted(set(fingerprints)), "waits": waits, "failures": 0}
+
+
+async def _naive_child(runs: int) -> dict[str, Any]:
+    """Mint per process, re-mint on every 401, give up on 429: the common public client."""
+    base = os.environ["COMPLIANCE_BASE_URL"]
+    body = {
+        "grant_type": "client_credentials",
+        "client_id": os.environ["COMPLIANCE_CLIENT_ID"],
+        "client_secret": os.environ["COMPLIANCE_CLIENT_SECRET"],
+        "scope": "service-api.all:read service-api.all:write",
+    }
+    waits: list[float] = []
+    failures = 0
+    token: dict[str, str] = {}
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+
+        async def mint() -> None:
+            started = time.perf_counter()
+            response = await http.post("/oauth/token", json=body)
+            if response.status_code == 200:  # a 429 is treated as fatal, as such clients do
+                token["value"] = response.json()["access_token"]
+            waits.append(time.perf_counter() - started)
+
+        async def run() -> None:
+            nonlocal failures
+            if "value" not in token:
+                await mint()
+            for _ in range(CALLS_PER_RUN):
+                for _attempt in range(3):
+                    headers = {"Authorization": f"Bearer {token.get('value', 'none')}"}
+                    response = await http.get(DATA_ROUTE, params={"pageSize": 1}, headers=headers)
+                    if response.status_code != 401:
+                        break
+                    await mint()
+                else:
+                    failures += 1
+
+        await mint()
+        await asyncio.gather(*(run() for _ in range(runs)))
+    return {"fingerprints": [], "waits": waits, "failures": failures}
+
+
+def child(mode: str, runs: int) -> dict[str, Any]:
+    coroutine = _shared_child(runs) if mode == "shared" else _naive_child(runs)
+    return asyncio.run(coroutine)
+
+
+def launch(mode: str, processes: int, runs: int) -> None:
+    """Import once, then fork ``processes`` independent children (saves P-1 Prefect imports
+    on small machines; each child is still its own process with its own broker and loop)."""
+    if mode == "shared":
+        import tasks.connection  # noqa: F401 - warm the import for the children
+        import tasks.token  # noqa: F401
+    assert threading.active_count() == 1, "fork only from a single-threaded process"
+    readers = []
+    for _ in range(processes):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            code = 0
+            try:
+                report: dict[str, Any] = child(mode, runs)
+            except BaseException as exc:  # reported to the launcher, which fails loudly
+                report, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
+            with os.fdopen(write_end, "w") as out:
+                out.write(json.dumps(report))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        os.close(write_end)
+        readers.append((pid, read_end))
+    reports = []
+    for pid, read_end in readers:
+        with os.fdopen(read_end) as pipe:
+            reports.append(json.loads(pipe.read() or '{"error": "no report"}'))
+        os.waitpid(pid, 0)
+    print(json.dumps(reports))
+
+
+# --------------------------------------------------------------------------- orchestration
+def spawn(mode: str, processes: int, runs: int, env: dict[str, str]) -> list[dict[str, Any]]:
+    """Run ``processes`` children at once; returns their reports plus the captured output."""
+    command = [sys.executable, "-m", "bench.token_contention", "launch", mode]
+    command += [str(processes), str(runs)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        failure = f"{mode} launcher failed ({result.returncode})"
+        raise RuntimeError(f"{failure}:\n{result.stderr[-3000:]}")
+    reports: list[dict[str, Any]] = json.loads(result.stdout.strip().splitlines()[-1])
+    errors = [report["error"] for report in reports if "error" in report]
+    if errors:
+        raise RuntimeError(f"{mode} children failed: {errors}\n{result.stderr[-3000:]}")
+    for report in reports:
+        report["stdout"], report["stderr"] = result.stdout, result.stderr
+    return reports
+
+
+class WindowWatcher:
+    """Samples the sandbox's token-request counter to find the busiest 60 s window."""
+
+    def __init__(self, stats: Any, client_id: str) -> None:
+        self._stats, self._client_id = stats, client_id
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            count = self._stats()["token_requests"].get(self._client_id, 0)
+            self.samples.append((time.monotonic(), int(count)))
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> WindowWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busiest_window(self, seconds: float = 60.0) -> int:
+        best = 0
+        for start, base in self.samples:
+            inside = [count for moment, count in self.samples if 0 <= moment - start <= seconds]
+            best = max(best, max(inside) - base)
+        return best if len(self.samples) > 1 else 0
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def summarize(
+    mode: str, reports: list[dict[str, Any]], stats: dict[str, Any], window: int
+) -> dict[str, Any]:
+    waits = [wait for report in reports for wait in report["waits"]]
+    return {
+        "mode": mode,
+        "mints": stats["token_mints"].get("demo-manage", 0),
+        "token_calls": stats["token_requests"].get("demo-manage", 0),
+        "401s": stats["unauthorized"],
+        "429s": stats["status_counts"].get("429", 0),
+        "max_token_calls_per_60s": window,
+        "failed_calls": sum(report["failures"] for report in reports),
+        "wait_p50_ms": round(statistics.median(waits) * 1000, 1) if waits else 0.0,
+        "wait_p99_ms": round(percentile(waits, 0.99) * 1000, 1),
+    }
+
+
+def child_env(sandbox_url: str, state_dir: str, fernet_key: str) -> dict[str, str]:
+    from prefect.settings import get_current_settings
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPLIANCE_")}
+    env.update(
+        {
+            "PREFECT_API_URL": str(get_current_settings().api.url),
+            "COMPLIANCE_BASE_URL": sandbox_url,
+            "COMPLIANCE_CLIENT_ID": "demo-manage",
+            "COMPLIANCE_CLIENT_SECRET": "demo-manage-secret-not-real",  # noqa: S105 - sandbox
+            "COMPLIANCE_TOKEN_ENCRYPTION_KEY": fernet_key,
+            "COMPLIANCE_STATE_DIR": state_dir,
+        }
+    )
+    return env
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+    import tempfile
+
+    from cryptography.fernet import Fernet
+    from prefect.testing.utilities import prefect_test_harness
+
+    from deployments.bootstrap import ensure_token_rate_limit
+    from sandbox.runner import run_sandbox_in_thread
+
+    print(f"{args.processes} processes x {args.runs} concurrent runs x {CALLS_PER_RUN} calls")
+    with run_sandbox_in_thread() as sandbox, prefect_test_harness(server_startup_timeout=60):
+        asyncio.run(ensure_token_rate_limit())
+        control = sandbox.control
+        for mode in ("shared", "naive"):
+            control.reset()
+            env = child_env(sandbox.url, tempfile.mkdtemp(), Fernet.generate_key().decode())
+            with WindowWatcher(control.stats, "demo-manage") as watcher:
+                reports = spawn(mode, args.processes, args.runs, env)
+            row = summarize(mode, reports, control.stats(), watcher.busiest_window())
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "launch":
+        launch(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        main()

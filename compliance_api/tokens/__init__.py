@@ -1,0 +1,35 @@
+"""One shared, rate-limited, encrypted access token per customer key.
+
+``TokenBroker`` implements ``compliance_api.auth.TokenProvider``; stores, locks and rate limiters
+are small protocols so that the Prefect layer can plug in server-backed ones.
+"""
+
+from compliance_api.tokens.broker import BrokerPolicy, TokenBroker, TokenStatus
+from compliance_api.tokens.errors import NotConnectedError, TokenLockTimeoutError, TokenStoreError
+from compliance_api.tokens.factory import broker_from_settings
+from compliance_api.tokens.keys import CustomerKey, secret_fingerprint
+from compliance_api.tokens.limiter import FileRateLimiter, RateLimiter, SlidingWindowLimiter
+from compliance_api.tokens.lock import LocalFileLock, TokenLock
+from compliance_api.tokens.record import TokenCodec, TokenRecord
+from compliance_api.tokens.store import LocalFileTokenStore, TokenStore
+
+__all__ = [
+    "BrokerPolicy",
+    "CustomerKey",
+    "FileRateLimiter",
+    "LocalFileLock",
+    "LocalFileTokenStore",
+    "NotConnectedError",
+    "RateLimiter",
+    "SlidingWindowLimiter",
+    "TokenBroker",
+    "TokenCodec",
+    "TokenLock",
+    "TokenLockTimeoutError",
+    "TokenRecord",
+    "TokenStatus",
+    "TokenStore",
+    "TokenStoreError",
+    "broker_from_settings",
+    "secret_fingerprint",
+]

@@ -1,0 +1,301 @@
+"""The token broker: one shared token per customer key, for every caller of every process.
+
+The mint path is ``lock -> re-read the store -> (still needed?) rate-limit slot -> token
+endpoint -> persist encrypted -> release``. Re-reading under the lock is what turns forty
+simultaneous requests into one mint; the compare-and-swap in ``replace_token`` is what keeps
+a 401 from becoming a stampede: only the exact token that failed is ever replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from compliance_api.auth import AccessToken
+from compliance_api.errors import RateLimitedError, ServerError, TransportError
+from compliance_api.oauth import OAuthClient, TokenGrant, verify_state
+from compliance_api.settings import ApplicationType, Settings
+from compliance_api.tokens.errors import NotConnectedError, TokenStoreError
+from compliance_api.tokens.keys import CustomerKey, secret_fingerprint
+from compliance_api.tokens.limiter import RateLimiter
+from compliance_api.tokens.lock import TokenLock
+from compliance_api.tokens.record import TokenCodec, TokenRecord
+from compliance_api.tokens.store import TokenStore
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Clock = Callable[[], datetime]
+DEFAULT_RETRY_AFTER_SECONDS = 60.0
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class BrokerPolicy:
+    """Timing knobs; defaults follow the spec (§5.6, §8)."""
+
+    renewal_margin: timedelta | None = None  # None: COMPLIANCE_TOKEN_RENEWAL_MARGIN_SECONDS
+    lock_timeout_seconds: float = 180.0
+    token_call_attempts: int = 6
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 30.0
+    persist_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class TokenStatus:
+    """What may be shown about a stored grant: never the token, only its fingerprint."""
+
+    key: CustomerKey
+    fingerprint: str
+    expires_at: datetime
+    has_refresh_token: bool
+
+
+class TokenBroker:
+    """``TokenProvider`` for one customer key, backed by a store, a lock and a rate limiter."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: TokenStore,
+        lock: TokenLock,
+        limiter: RateLimiter,
+        oauth: OAuthClient | None = None,
+        policy: BrokerPolicy | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.key = CustomerKey.from_settings(settings)
+        self.store = store
+        self.lock = lock
+        self.limiter = limiter
+        self.oauth = oauth or OAuthClient(settings)
+        self.policy = policy or BrokerPolicy()
+        self.renewal_margin = self.policy.renewal_margin or timedelta(
+            seconds=settings.token_renewal_margin_seconds
+        )
+        self._codec = TokenCodec(settings.fernet())
+        self._public = settings.application_type is ApplicationType.INTEGRATION_PUBLIC
+        self._secret_fingerprint = secret_fingerprint(settings.client_secret)
+        self._clock = clock
+        self._current: AccessToken | None = None
+        self._loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._loop_locks_guard = threading.Lock()
+
+    # -- TokenProvider -------------------------------------------------------------------------
+
+    async def get_token(self) -> AccessToken:
+        current = self._current
+        if current is not None and self._fresh(current):
+            return current
+        return await self._renew(rejected=None)
+
+    async def replace_token(self, failed: AccessToken) -> AccessToken:
+        current = self._current
+        if (
+            current is not None
+            and current.fingerprint != failed.fingerprint
+            and self._fresh(current)
+        ):
+            return current
+        logger.info("token %s was refused; replacing it", failed.fingerprint)
+        return await self._renew(rejected=failed.fingerprint)
+
+    # -- public integrations -------------------------------------------------------------------
+
+    async def connect(self, code: str, state: str, expected_state: str) -> AccessToken:
+        """Exchange an authorization code (spec §5.5) and store the customer's grant."""
+        verify_state(expected_state, state)  # before taking a rate-limit slot or the lock
+        async with self._exclusive():
+            grant = await self._call_token_endpoint(
+                lambda: self.oauth.exchange_code(code, state, expected_state)
+            )
+            record = self._record_from(grant)
+            await self._persist(record)
+            self._current = record.token
+            return record.token
+
+    async def disconnect(self) -> bool:
+        """Suspend the customer's token (public apps) and delete what is stored; True if any."""
+        async with self._exclusive():
+            record = await self._load()
+            if record is not None and self._public:
+                await self._call_token_endpoint(lambda: self.oauth.suspend(record.access_token))
+            deleted = await self.store.delete(self.key)
+            self._current = None
+            return deleted or record is not None
+
+    async def status(self) -> TokenStatus | None:
+        record = await self._load()
+        if record is None:
+            return None
+        return TokenStatus(
+            key=self.key,
+            fingerprint=record.token.fingerprint,
+            expires_at=record.expires_at,
+            has_refresh_token=record.refresh_token is not None,
+        )
+
+    # -- the mint path -------------------------------------------------------------------------
+
+    def _fresh(self, token: AccessToken) -> bool:
+        return not token.expires_within(self.renewal_margin, now=self._clock())
+
+    async def _renew(self, *, rejected: str | None) -> AccessToken:
+        async with self._loop_lock():
+            current = self._current
+            if current is not None and current.fingerprint != rejected and self._fresh(current):
+                return current  # another task of this process renewed while we queued
+            async with self.lock.hold(self.key, wait_seconds=self.policy.lock_timeout_seconds):
+                record = await self._load()
+                if record is not None and self._adoptable(record, rejected):
+                    self._current = record.token
+                    return record.token
+                record = await self._obtain(record)
+                self._current = record.token
+                return record.token
+
+    def _adoptable(self, record: TokenRecord, rejected: str | None) -> bool:
+        if record.token.fingerprint == rejected:
+            return False
+        return record.usable(self.renewal_margin, self._clock())
+
+    async def _obtain(self, stored: TokenRecord | None) -> TokenRecord:
+        if not self._public:
+            grant = await self._call_token_endpoint(self.oauth.client_credentials)
+            record = self._record_from(grant)
+            try:
+                await self._persist(record)
+            except TokenStoreError:
+                # The mint already revoked the old token; using the new one in this process is
+                # the least harmful choice (others will find no fresh record and mint their own).
+                logger.warning("minted token %s could not be stored", record.token.fingerprint)
+            return record
+        if stored is None or stored.refresh_token is None:
+            raise NotConnectedError(
+                f"no stored grant for {self.key.describe()}: the customer must authorize the "
+                "application (compliance-flows authorize-url, then compliance-flows connect)"
+            )
+        refresh_token = stored.refresh_token
+        grant = await self._call_token_endpoint(lambda: self.oauth.refresh(refresh_token))
+        record = self._record_from(grant, previous=stored)
+        # Rotation rule: the new refresh token is stored before the new access token is used.
+        # If that fails we raise; the stored (previous) refresh token stays valid for 3 hours
+        # after its first use, so the next attempt refreshes with it.
+        await self._persist(record)
+        return record
+
+    def _record_from(self, grant: TokenGrant, previous: TokenRecord | None = None) -> TokenRecord:
+        now = self._clock()
+        refresh = grant.refresh_token or (previous.refresh_token if previous else None)
+        return TokenRecord(
+            key=self.key,
+            access_token=grant.access_token,
+            refresh_token=refresh,
+            expires_at=now + timedelta(seconds=grant.expires_in),
+            minted_at=now,
+            secret_fingerprint=self._secret_fingerprint,
+        )
+
+    async def _load(self) -> TokenRecord | None:
+        ciphertext = await self.store.read(self.key)
+        if ciphertext is None:
+            return None
+        try:
+            record = self._codec.decrypt(ciphertext, self.key)
+        except TokenStoreError:
+            if self._public:
+                raise  # the refresh token is in there: never silently drop a customer's grant
+            logger.warning("discarding an undecryptable token record of %s", self.key.describe())
+            return None
+        if not self._public and record.secret_fingerprint != self._secret_fingerprint:
+            # client_credentials tokens die with the secret that minted them (spec §5.6).
+            logger.info("discarding a token minted with a previous client secret")
+            return None
+        return record
+
+    async def _persist(self, record: TokenRecord) -> None:
+        ciphertext = self._codec.encrypt(record)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(TokenStoreError),
+            stop=stop_after_attempt(self.policy.persist_attempts),
+            wait=wait_exponential_jitter(initial=0.1, max=1.0),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await self.store.write(self.key, ciphertext)
+        except TokenStoreError as exc:
+            raise TokenStoreError(
+                f"could not store the new token of {self.key.describe()}: {exc}. It was not "
+                "used; the previously stored refresh token (valid 3 hours after first use) "
+                "will be tried on the next attempt"
+                if self._public
+                else f"could not store the new token of {self.key.describe()}: {exc}"
+            ) from None
+
+    async def _call_token_endpoint(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Every token-endpoint call takes a rate-limit slot; 429 waits, 5xx backs off."""
+        backoff = wait_exponential_jitter(
+            initial=self.policy.retry_initial_seconds, max=self.policy.retry_max_seconds
+        )
+
+        def wait(state: RetryCallState) -> float:
+            error = state.outcome.exception() if state.outcome else None
+            if isinstance(error, RateLimitedError):
+                return error.retry_after if error.retry_after is not None else 60.0
+            return backoff(state)
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((RateLimitedError, ServerError, TransportError)),
+            wait=wait,
+            stop=stop_after_attempt(self.policy.token_call_attempts),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self.limiter.acquire()
+                return await call()
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    # -- locking -------------------------------------------------------------------------------
+
+    def _loop_lock(self) -> asyncio.Lock:
+        """Tasks of one event loop queue here first, so only one per loop polls the file lock."""
+        loop = asyncio.get_running_loop()
+        with self._loop_locks_guard:
+            lock = self._loop_locks.get(loop)
+            if lock is None:
+                lock = self._loop_locks[loop] = asyncio.Lock()
+            return lock
+
+    @asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """Both locks, for operations (connect, disconnect) that rewrite the record outright."""
+        async with (
+            self._loop_lock(),
+            self.lock.hold(self.key, wait_seconds=self.policy.lock_timeout_seconds),
+        ):
+            yield

@@ -1,0 +1,116 @@
+"""Budgets for the token endpoint: 5 calls per minute shared by mint, refresh and suspend.
+
+Callers beyond the budget wait for a slot; they never fail. ``FileRateLimiter`` shares the
+budget among the processes of one machine (the default without a Prefect server);
+``SlidingWindowLimiter`` is the in-process variant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from compliance_api.tokens.filelock import exclusive_flock
+
+TOKEN_ENDPOINT_CALLS_PER_WINDOW = 5
+WINDOW_SECONDS = 60.0
+# The server counts arrivals, we count departures: a second of slack absorbs latency and skew.
+SAFETY_SECONDS = 1.0
+
+
+@runtime_checkable
+class RateLimiter(Protocol):
+    """Waits until one more token-endpoint call fits in the budget, then returns."""
+
+    async def acquire(self) -> None: ...
+
+
+def _wait_needed(stamps: list[float], now: float, limit: int, window: float) -> float:
+    recent = [stamp for stamp in stamps if stamp > now - window]
+    if len(recent) < limit:
+        return 0.0
+    return min(recent) + window - now
+
+
+class SlidingWindowLimiter:
+    """At most ``limit`` acquisitions in any ``window`` seconds within this process."""
+
+    def __init__(
+        self,
+        limit: int = TOKEN_ENDPOINT_CALLS_PER_WINDOW,
+        window: float = WINDOW_SECONDS + SAFETY_SECONDS,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window = window
+        self._clock = clock
+        self._stamps: deque[float] = deque()
+        self._guard = threading.Lock()
+
+    def _try_take(self) -> float:
+        with self._guard:
+            now = self._clock()
+            while self._stamps and self._stamps[0] <= now - self.window:
+                self._stamps.popleft()
+            wait = _wait_needed(list(self._stamps), now, self.limit, self.window)
+            if wait <= 0:
+                self._stamps.append(now)
+            return wait
+
+    async def acquire(self) -> None:
+        while True:
+            wait = self._try_take()
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
+
+
+class FileRateLimiter:
+    """A sliding window kept in a ``flock``-guarded file: shared by every local process."""
+
+    def __init__(
+        self,
+        path: Path,
+        limit: int = TOKEN_ENDPOINT_CALLS_PER_WINDOW,
+        window: float = WINDOW_SECONDS + SAFETY_SECONDS,
+        *,
+        lock_timeout: float = 30.0,
+    ) -> None:
+        self.path = path
+        self.limit = limit
+        self.window = window
+        self.lock_timeout = lock_timeout
+
+    async def acquire(self) -> None:
+        while True:
+            wait = await self._try_take()
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
+
+    async def _try_take(self) -> float:
+        guard = self.path.with_suffix(".lock")
+        async with exclusive_flock(guard, wait_seconds=self.lock_timeout) as acquired:
+            if not acquired:
+                return 0.1  # a crashed holder released it already; just poll again
+            now = time.time()
+            stamps = [stamp for stamp in self._read() if stamp > now - self.window]
+            wait = _wait_needed(stamps, now, self.limit, self.window)
+            if wait <= 0:
+                stamps.append(now)
+                self.path.write_text(json.dumps(stamps))
+            return wait
+
+    def _read(self) -> list[float]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return []
+        return [float(stamp) for stamp in data] if isinstance(data, list) else []

@@ -1,0 +1,86 @@
+"""``python -m deployments.bootstrap``: create the Prefect server resources this project needs.
+
+Idempotent: run it on every deploy. Each resource has its own function; ``main()`` calls them
+in order and prints what each did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+
+from prefect.client.orchestration import get_client
+from prefect.exceptions import ObjectNotFound
+
+from compliance_api.settings import Settings
+
+# The token endpoint allows 5 calls per minute (spec §8). A Prefect rate limit is a token
+# bucket, so up to ``limit + 60 * decay`` calls can land in one minute: 1 + 60 / 15 = 5.
+TOKEN_RATE_LIMIT_SLOTS = 1
+TOKEN_RATE_LIMIT_DECAY_PER_SECOND = 1 / 15
+assert TOKEN_RATE_LIMIT_SLOTS + 60 * TOKEN_RATE_LIMIT_DECAY_PER_SECOND <= 5
+
+
+def token_rate_limit_name() -> str:
+    """The limit's name, from COMPLIANCE_TOKEN_RATE_LIMIT_NAME without needing credentials."""
+    default = Settings.model_fields["token_rate_limit_name"].default
+    return os.environ.get("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", default)
+
+
+async def ensure_token_rate_limit(name: str | None = None) -> str:
+    """The global concurrency limit that throttles every token-endpoint call."""
+    name = name or token_rate_limit_name()
+    async with get_client() as client:
+        try:
+            existing = await client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            existing = None
+        await client.upsert_global_concurrency_limit_by_name(
+            name,
+            limit=TOKEN_RATE_LIMIT_SLOTS,
+            slot_decay_per_second=TOKEN_RATE_LIMIT_DECAY_PER_SECOND,
+        )
+    shape = f"limit {TOKEN_RATE_LIMIT_SLOTS}, decay {TOKEN_RATE_LIMIT_DECAY_PER_SECOND:.4f}/s"
+    if existing is None:
+        return f"created global concurrency limit {name!r} ({shape})"
+    unchanged = (
+        existing.limit == TOKEN_RATE_LIMIT_SLOTS
+        and abs((existing.slot_decay_per_second or 0) - TOKEN_RATE_LIMIT_DECAY_PER_SECOND) < 1e-9
+    )
+    verb = "kept" if unchanged else "updated"
+    return f"{verb} global concurrency limit {name!r} ({shape})"
+
+
+# --- deployments engineer: add one async function per resource (work pool, variables,
+# --- automations, ...) returning a one-line description, and list it in STEPS below.
+# The work pool, the variables prefect.yaml reads and the audit-log readers' locks live in
+# deployments/resources.py (the automations come from the triggers in prefect.yaml).
+from deployments.resources import (  # noqa: E402 - kept next to the steps that use them
+    ensure_audit_log_locks,
+    ensure_default_variables,
+    ensure_project_dir_variable,
+    ensure_work_pool,
+)
+
+STEPS: list[Callable[[], Awaitable[str]]] = [
+    ensure_token_rate_limit,
+    ensure_work_pool,
+    ensure_project_dir_variable,
+    ensure_default_variables,
+    ensure_audit_log_locks,
+]
+
+
+async def bootstrap() -> list[str]:
+    """Run every step in order; returns what each did."""
+    return [await step() for step in STEPS]
+
+
+def main() -> None:
+    for line in asyncio.run(bootstrap()):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""How every task gets a client: ``async with compliance_client() as client:``.
+
+The client is wired to the process-wide token broker, so all tasks, flow runs and threads of a
+process share one cached token, and all processes share one stored token (see
+``tasks/token_backends.py`` for the rule that picks the backends).
+
+Backend rule:
+- rate limiter: the Prefect global concurrency limit when a Prefect API is configured
+  (``PREFECT_API_URL``, as on every worker and under ``prefect_test_harness``), otherwise a
+  file-based limiter shared by the processes of this machine;
+- store + lock: ``COMPLIANCE_TOKEN_STORE=local`` (default; encrypted files under
+  ``COMPLIANCE_STATE_DIR`` and a ``flock`` lock) or ``prefect`` (encrypted Prefect Variables and
+  a variable lease lock; for workers on several machines).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Literal
+
+from prefect.settings import get_current_settings
+
+from compliance_api.client import ComplianceClient
+from compliance_api.errors import ConfigurationError
+from compliance_api.settings import Settings, load_settings
+from compliance_api.tokens import TokenBroker, broker_from_settings, secret_fingerprint
+from compliance_api.tokens.factory import local_limiter, local_lock, local_store
+from compliance_api.tokens.limiter import RateLimiter
+from compliance_api.tokens.lock import TokenLock
+from compliance_api.tokens.store import TokenStore
+from tasks.token_backends import PrefectRateLimiter, PrefectVariableLock, PrefectVariableTokenStore
+
+STORE_ENV = "COMPLIANCE_TOKEN_STORE"  # noqa: S105 - an environment variable name
+StoreKind = Literal["local", "prefect"]
+
+_brokers: dict[tuple[object, ...], TokenBroker] = {}
+_brokers_guard = threading.Lock()
+
+
+def prefect_api_configured() -> bool:
+    return bool(get_current_settings().api.url)
+
+
+def store_kind() -> StoreKind:
+    value = os.environ.get(STORE_ENV, "local").strip().lower() or "local"
+    if value not in ("local", "prefect"):
+        raise ConfigurationError(f"{STORE_ENV}={value!r}: expected 'local' or 'prefect'")
+    return "prefect" if value == "prefect" else "local"
+
+
+def _limiter(settings: Settings) -> RateLimiter:
+    if prefect_api_configured():
+        return PrefectRateLimiter(settings.token_rate_limit_name)
+    return local_limiter(settings)
+
+
+def _store_and_lock(settings: Settings, kind: StoreKind) -> tuple[TokenStore, TokenLock]:
+    if kind == "prefect":
+        return PrefectVariableTokenStore(), PrefectVariableLock()
+    return local_store(settings), local_lock(settings)
+
+
+def shared_broker(settings: Settings | None = None) -> TokenBroker:
+    """The process-wide broker for these settings (created on first use, then reused)."""
+    settings = settings or load_settings()
+    kind = store_kind()
+    identity = (
+        os.getpid(),
+        settings.tier,
+        settings.api_base_url,
+        settings.client_id,
+        settings.source_id,
+        secret_fingerprint(settings.client_secret),
+        str(settings.state_dir),
+        kind,
+        prefect_api_configured() and get_current_settings().api.url,
+    )
+    with _brokers_guard:
+        broker = _brokers.get(identity)
+        if broker is None:
+            store, lock = _store_and_lock(settings, kind)
+            broker = broker_from_settings(
+                settings, store=store, lock=lock, limiter=_limiter(settings)
+            )
+            _brokers[identity] = broker
+        return broker
+
+
+def forget_brokers() -> None:
+    """Drop cached brokers (tests, or after changing settings in a long-lived process)."""
+    with _brokers_guard:
+        _brokers.clear()
+
+
+@asynccontextmanager
+async def compliance_client(settings: Settings | None = None) -> AsyncIterator[ComplianceClient]:
+    """A ``ComplianceClient`` using the shared token; settings from the environment by default."""
+    settings = settings or load_settings()
+    async with ComplianceClient.from_settings(settings, shared_broker(settings)) as client:
+        yield client

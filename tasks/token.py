@@ -1,0 +1,51 @@
+"""The single shared token task every flow uses.
+
+It returns only what is safe to show (fingerprint, expiry): the token itself never becomes a
+Prefect result. Tasks then call the API through ``tasks.connection.compliance_client()``, whose
+broker already holds the token this task obtained.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prefect import task
+from prefect.cache_policies import NONE
+from prefect.logging import get_run_logger
+from pydantic import BaseModel
+
+from compliance_api.settings import Settings, load_settings
+from tasks.connection import shared_broker
+
+
+class SharedTokenInfo(BaseModel):
+    """Non-secret facts about the token in use, shown in the UI as the task's result."""
+
+    client_id: str
+    tier: str
+    source_id: str | None
+    fingerprint: str
+    expires_at: datetime
+
+
+@task(
+    name="Get shared access token",
+    cache_policy=NONE,
+    persist_result=False,
+    retries=2,
+    retry_delay_seconds=10,
+)
+async def get_shared_access_token(settings: Settings | None = None) -> SharedTokenInfo:
+    """Obtain (or reuse) the one token of this application; mints only if no one else has."""
+    settings = settings or load_settings()
+    token = await shared_broker(settings).get_token()
+    get_run_logger().info(
+        "Using shared token %s (expires %s)", token.fingerprint, token.expires_at.isoformat()
+    )
+    return SharedTokenInfo(
+        client_id=settings.client_id,
+        tier=settings.tier,
+        source_id=settings.source_id,
+        fingerprint=token.fingerprint,
+        expires_at=token.expires_at,
+    )

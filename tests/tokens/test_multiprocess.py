@@ -1,0 +1,68 @@
+"""8 processes x 5 concurrent flow runs against the real Prefect server: 1 mint, 0 401s, and
+no secret anywhere in the Prefect database, the logs or the token store."""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+from typing import Any
+
+from cryptography.fernet import Fernet
+from prefect.settings import get_current_settings
+
+from bench.token_contention import child_env, spawn
+from compliance_api.settings import load_settings
+from compliance_api.tokens import broker_from_settings
+from deployments.bootstrap import ensure_token_rate_limit
+
+PROCESSES, RUNS = 8, 5
+CLIENT_SECRET = "demo-manage-secret-not-real"
+
+
+def prefect_database_files() -> list[Path]:
+    url = str(get_current_settings().server.database.connection_url.get_secret_value())
+    database = url.split("///", 1)[-1]
+    return [Path(path) for path in glob.glob(f"{database}*")]
+
+
+async def test_eight_processes_five_runs_each_share_one_token(
+    prefect_server: None, sandbox_reset: Any, tmp_path: Path
+) -> None:
+    await ensure_token_rate_limit()
+    key = Fernet.generate_key().decode()
+    env = child_env(sandbox_reset.url, str(tmp_path / "state"), key)
+    env["PREFECT_LOGGING_LEVEL"] = "INFO"  # logs on stderr, scanned below
+    # 40 flow runs at once on a shared 2-core machine: spare the test server's SQLite database
+    # the log writes, and let the Prefect client ride out its 503s under load.
+    env["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
+    env["PREFECT_CLIENT_MAX_RETRIES"] = "10"
+
+    reports = spawn("shared", PROCESSES, RUNS, env)
+
+    stats = sandbox_reset.control.stats()
+    assert stats["token_mints"] == {"demo-manage": 1}
+    assert stats["unauthorized"] == 0
+    assert len({fp for report in reports for fp in report["fingerprints"]}) == 1
+    assert sum(len(report["waits"]) for report in reports) == PROCESSES * RUNS
+
+    # Secret scan: the literal values never reach Prefect, the logs or the store's files.
+    settings = load_settings(
+        base_url=sandbox_reset.url,
+        client_id="demo-manage",
+        client_secret=CLIENT_SECRET,
+        token_encryption_key=key,
+        state_dir=tmp_path / "state",
+    )
+    token = await broker_from_settings(settings).get_token()  # read from the store, no mint
+    assert sandbox_reset.control.stats()["token_mints"] == {"demo-manage": 1}
+    secrets = [CLIENT_SECRET, token.value.get_secret_value()]
+    files = prefect_database_files() + [
+        Path(root) / name for root, _, names in os.walk(tmp_path / "state") for name in names
+    ]
+    assert prefect_database_files(), "the Prefect database file was not found"
+    haystacks = [path.read_bytes() for path in files]
+    haystacks += [(r["stdout"] + r["stderr"]).encode() for r in reports]
+    assert any(b"Using shared token" in h for h in haystacks)  # the logs were really captured
+    for secret in secrets:
+        assert not any(secret.encode() in haystack for haystack in haystacks)

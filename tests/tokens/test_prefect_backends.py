@@ -1,0 +1,126 @@
+"""Prefect-backed parts against the real test server: rate limit, bootstrap, variable store
+and lease lock (the many-machines backends)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import Any
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import VariableCreate
+from prefect.exceptions import ObjectNotFound
+from prefect.variables import Variable
+
+from compliance_api.errors import ConfigurationError
+from compliance_api.tokens import CustomerKey, SlidingWindowLimiter, TokenLockTimeoutError
+from deployments.bootstrap import (
+    TOKEN_RATE_LIMIT_DECAY_PER_SECOND,
+    bootstrap,
+    ensure_token_rate_limit,
+    main,
+    token_rate_limit_name,
+)
+from tasks.token_backends import (
+    LOCK_PREFIX,
+    PrefectRateLimiter,
+    PrefectVariableLock,
+    PrefectVariableTokenStore,
+)
+from tests.tokens.conftest import call_api, make_broker, mints
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+async def test_missing_rate_limit_is_a_clear_error_naming_bootstrap() -> None:
+    limiter = PrefectRateLimiter(f"missing-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(ConfigurationError, match=r"python -m deployments\.bootstrap"):
+        await limiter.acquire()
+
+
+async def test_bootstrap_is_idempotent(capsys: pytest.CaptureFixture[str]) -> None:
+    name = token_rate_limit_name()
+    async with get_client() as client:
+        with contextlib.suppress(ObjectNotFound):
+            await client.delete_global_concurrency_limit_by_name(name)
+    assert (await bootstrap())[0].startswith("created")
+    assert (await bootstrap())[0].startswith("kept")
+    async with get_client() as client:
+        limit = await client.read_global_concurrency_limit_by_name(name)
+        await client.update_global_concurrency_limit(name, _update(limit=3))
+    assert (await ensure_token_rate_limit()).startswith("updated")
+    async with get_client() as client:
+        limit = await client.read_global_concurrency_limit_by_name(name)
+    assert limit.limit + 60 * (limit.slot_decay_per_second or 0) <= 5
+    assert limit.slot_decay_per_second == pytest.approx(TOKEN_RATE_LIMIT_DECAY_PER_SECOND)
+    await asyncio.to_thread(main)
+    assert "kept global concurrency limit" in capsys.readouterr().out
+
+
+def _update(**fields: Any) -> Any:
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    return GlobalConcurrencyLimitUpdate(**fields)
+
+
+async def test_prefect_rate_limit_makes_callers_wait() -> None:
+    name = f"bucket-{uuid.uuid4().hex[:8]}"
+    async with get_client() as client:
+        await client.upsert_global_concurrency_limit_by_name(
+            name, limit=1, slot_decay_per_second=1.0
+        )
+    limiter = PrefectRateLimiter(name)
+    await asyncio.wait_for(limiter.acquire(), 10)
+    # The bucket is empty: the next caller waits (it is not refused, and not let through).
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(limiter.acquire(), 0.3)
+    await asyncio.sleep(1.5)  # let the abandoned waiter take its slot before the server stops
+
+
+async def test_two_machines_share_one_token_through_the_prefect_server(
+    make_settings: Any, sandbox_reset: Any, tmp_path: Any
+) -> None:
+    limiter = SlidingWindowLimiter()
+    brokers = [
+        make_broker(
+            make_settings(state_dir=tmp_path / f"machine-{n}"),
+            store=PrefectVariableTokenStore(),
+            lock=PrefectVariableLock(),
+            limiter=limiter,
+        )
+        for n in range(2)
+    ]
+    tokens = await asyncio.gather(*(call_api(sandbox_reset.url, b) for b in brokers * 10))
+    assert len({token.fingerprint for token in tokens}) == 1
+    assert mints(sandbox_reset, "demo-manage") == 1
+    stored = await Variable.aget(f"compliance-token-{brokers[0].key.slug}")
+    assert isinstance(stored, str) and tokens[0].value.get_secret_value() not in stored
+    assert await brokers[0].disconnect()  # client_credentials: deletes, no suspend
+    assert await Variable.aget(f"compliance-token-{brokers[0].key.slug}") is None
+
+
+async def test_lease_of_a_dead_holder_is_broken_and_a_live_one_is_respected() -> None:
+    key = CustomerKey("commercial", f"lease-{uuid.uuid4().hex[:8]}")
+    name = f"{LOCK_PREFIX}{key.slug}"
+    lock = PrefectVariableLock(lease_seconds=30, poll_seconds=0.05)
+    async with get_client() as client:
+        await client.create_variable(
+            VariableCreate(name=name, value={"holder": "pid 4242 on gone", "expires_at": 0})
+        )
+    async with lock.hold(key, wait_seconds=5):
+        with pytest.raises(TokenLockTimeoutError, match="pid .* on"):
+            async with PrefectVariableLock(poll_seconds=0.05).hold(key, wait_seconds=0.3):
+                pass
+    async with get_client() as client:
+        assert await client.read_variable_by_name(name) is None  # released on exit
+        await client.create_variable(
+            VariableCreate(
+                name=name, value={"holder": "pid 7 on alive", "expires_at": time.time() + 60}
+            )
+        )
+    with pytest.raises(TokenLockTimeoutError, match="pid 7 on alive"):
+        async with lock.hold(key, wait_seconds=0.3):
+            pass
