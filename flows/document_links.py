@@ -1,0 +1,223 @@
+"""Runbook: attach evidence links to documents from a manifest.
+
+1. Read the manifest (document id, URL, title, optional description and effective date) and
+   check every row; drop duplicates.
+2. For each link, look in the ledger: a link an earlier run attached is skipped; a link whose
+   earlier attempt got no clear answer is reported for review, not sent again.
+3. Record the link as pending, create it, record it as attached. A refusal (4xx) is a plain
+   failure; an answer that never came (5xx, lost connection) is reported for review, because
+   the link may exist - resending it blindly could attach it twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Literal
+
+from prefect import flow
+from pydantic import Field, field_validator
+
+from compliance_api.client import ComplianceClient
+from compliance_api.errors import (
+    APIStatusError,
+    RateLimitedError,
+    ServerError,
+    TransportError,
+)
+from compliance_api.models import DocumentLinkCreate
+from compliance_api.settings import load_settings
+from flows.inputs import Identifier, ItemInput, ParsedItems, collect_records, dedupe, parse_items
+from flows.write_run import (
+    DEFAULT_CONCURRENCY,
+    WriteJob,
+    classify,
+    current_flow_run_id,
+    describe_error,
+    run_write_job,
+)
+from tasks.documents import create_document_link
+from tasks.link_ledger import LedgerEntry, LinkLedger
+from tasks.outcomes import ItemResult, Outcome, RunSummary
+
+FLOW_KEY = "attach-document-links"
+#: what to do with links an earlier attempt left unconfirmed (pending in the ledger)
+UnconfirmedLinks = Literal["report", "resend", "mark_attached"]
+
+
+class DocumentLinkInput(ItemInput):
+    """One row of the manifest."""
+
+    document_id: Identifier
+    url: str
+    title: str = Field(min_length=1)
+    description: str | None = None
+    effective_date: datetime | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return DocumentLinkCreate.model_validate({"url": value, "title": "-"}).url
+
+    def key(self) -> str:
+        return f"{self.document_id} {self.url}"
+
+    def label(self) -> str:
+        return f"document {self.document_id} <- {self.url}"
+
+    def body(self) -> DocumentLinkCreate:
+        return DocumentLinkCreate(
+            url=self.url,
+            title=self.title,
+            description=self.description,
+            effective_date=self.effective_date,
+        )
+
+
+def _review_hint(item: DocumentLinkInput) -> str:
+    return (
+        f"check whether document {item.document_id} has a link to {item.url}; then run again "
+        "with unconfirmed_links='mark_attached' if it has, or 'resend' if it has not"
+    )
+
+
+class DocumentLinks(WriteJob[DocumentLinkInput]):
+    flow_key = FLOW_KEY
+    item_model = DocumentLinkInput
+
+    def __init__(self, ledger: LinkLedger, unconfirmed: UnconfirmedLinks = "report") -> None:
+        self.ledger = ledger
+        self.unconfirmed = unconfirmed
+
+    def plan(self, unit: Sequence[DocumentLinkInput]) -> list[ItemResult]:
+        (item,) = unit
+        entry = self.ledger.lookup(item.document_id, item.url)
+        if entry is None or (entry.state == "pending" and self.unconfirmed == "resend"):
+            return [_result(item, Outcome.PLANNED, "would attach")]
+        if entry.state == "attached":
+            return [_result(item, Outcome.SKIPPED, f"already attached ({entry.describe()})")]
+        if self.unconfirmed == "mark_attached":
+            return [_result(item, Outcome.SKIPPED, "would mark as attached without sending")]
+        return [_result(item, Outcome.SKIPPED, f"would report for review ({entry.describe()})")]
+
+    async def apply(
+        self, client: ComplianceClient, unit: Sequence[DocumentLinkInput]
+    ) -> list[ItemResult]:
+        (item,) = unit
+        run_id = current_flow_run_id()
+        earlier = self.ledger.claim(item.document_id, item.url, run_id)
+        if earlier is not None:
+            settled = self._settle_earlier(item, earlier, run_id)
+            if settled is not None:
+                return [settled]
+        try:
+            link = await create_document_link(client, item.document_id, item.body())
+        except Exception as error:
+            return [self._failed(item, error)]
+        self.ledger.mark_attached(item.document_id, item.url, link.id, run_id)
+        return [_result(item, Outcome.SUCCEEDED, "attached", response=f"link {link.id}")]
+
+    def _settle_earlier(
+        self, item: DocumentLinkInput, entry: LedgerEntry, run_id: str | None
+    ) -> ItemResult | None:
+        """The result for a link the ledger already knows, or None to send it (resend)."""
+        if entry.state == "attached":
+            return _result(item, Outcome.SKIPPED, f"already attached ({entry.describe()})")
+        if self.unconfirmed == "resend":
+            self.ledger.reclaim(item.document_id, item.url, run_id)
+            return None
+        if self.unconfirmed == "mark_attached":
+            self.ledger.mark_attached(item.document_id, item.url, None, run_id)
+            return _result(item, Outcome.SKIPPED, "marked as attached by the operator")
+        return _result(
+            item,
+            Outcome.NEEDS_REVIEW,
+            f"an earlier attempt got no clear answer ({entry.describe()}); not resent: "
+            + _review_hint(item),
+            rerun=True,
+        )
+
+    def _failed(self, item: DocumentLinkInput, error: BaseException) -> ItemResult:
+        """A refusal frees the ledger entry; an unknown fate keeps it pending for review."""
+        refused = isinstance(error, APIStatusError) and not isinstance(error, ServerError)
+        unsent = isinstance(error, TransportError) and not error.request_sent
+        if refused or unsent:
+            self.ledger.release(item.document_id, item.url)
+            outcome, reason = classify(error)
+            if isinstance(error, RateLimitedError):
+                outcome = Outcome.FAILED_RETRYABLE
+            return _result(item, outcome, reason, rerun=True)
+        return _result(
+            item,
+            Outcome.NEEDS_REVIEW,
+            f"no clear answer ({describe_error(error)}): the link may have been attached, so "
+            "it was not resent; " + _review_hint(item),
+            rerun=True,
+        )
+
+
+def _result(
+    item: DocumentLinkInput,
+    outcome: Outcome,
+    reason: str,
+    *,
+    response: str = "",
+    rerun: bool = False,
+) -> ItemResult:
+    return ItemResult(
+        item=item.label(),
+        outcome=outcome,
+        reason=reason,
+        response=response,
+        rerun_input=item.as_input() if rerun else None,
+    )
+
+
+@contextmanager
+def document_links_job(unconfirmed: UnconfirmedLinks = "report") -> Iterator[DocumentLinks]:
+    """The job with this tenant's ledger open (the tenant is the API and the application)."""
+    settings = load_settings()
+    tenant = f"{settings.api_base_url}|{settings.client_id}|{settings.source_id or ''}"
+    with LinkLedger(settings.state_dir, tenant) as ledger:
+        yield DocumentLinks(ledger, unconfirmed)
+
+
+MANIFEST_COLUMNS = ["document_id", "url", "title", "description", "effective_date"]
+
+
+def read_link_items(
+    links: list[dict[str, object]] | None, input_file: str | None
+) -> ParsedItems[DocumentLinkInput]:
+    inline = [(f"links[{index}]", dict(value)) for index, value in enumerate(links or [])]
+    records = collect_records(
+        inline,
+        input_file,
+        what="links or input_file (the manifest)",
+        columns=MANIFEST_COLUMNS,
+        required=["document_id", "url", "title"],
+    )
+    return dedupe(parse_items(DocumentLinkInput, records))
+
+
+@flow(name="Attach document links", validate_parameters=True)
+async def attach_document_links(
+    links: list[dict[str, object]] | None = None,
+    input_file: str | None = None,
+    unconfirmed_links: UnconfirmedLinks = "report",
+    dry_run: bool = False,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> RunSummary:
+    """Attach links to documents from a manifest, never attaching the same link twice.
+
+    ``links`` is a list of ``{"document_id", "url", "title", "description"?,
+    "effective_date"?}``; ``input_file`` is a CSV/JSON manifest with those columns. A link an
+    earlier run attached is skipped. A link whose earlier attempt got no clear answer is
+    reported as needs_review; after checking the document, run again with
+    ``unconfirmed_links="resend"`` (it is not there) or ``"mark_attached"`` (it is).
+    """
+    parsed = read_link_items(links, input_file)
+    with document_links_job(unconfirmed_links) as job:
+        return await run_write_job(  # type: ignore[return-value]
+            job, parsed, dry_run=dry_run, concurrency=concurrency
+        )

@@ -1,0 +1,177 @@
+"""Runbook: add people to one or more groups.
+
+1. Read the people (parameter or file) and the groups; check every id; drop duplicate pairs.
+2. Per group, send the people in chunks of at most 100 (one call per chunk: 10,000 people
+   are 100 calls), several chunks at a time.
+3. Each person's SUCCESS or ERROR comes back in the chunk's answer and is reported with the
+   service's message. A chunk the service keeps failing (after retries) marks its people
+   failed_retryable, to rerun later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import flow
+
+from compliance_api.client import ComplianceClient
+from compliance_api.errors import InputError
+from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateResult
+from flows.inputs import Identifier, ItemInput, ParsedItems, collect_records, dedupe, parse_items
+from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
+from tasks.groups import add_people_to_group
+from tasks.outcomes import ItemResult, Outcome, RunSummary
+
+FLOW_KEY = "add-people-to-groups"
+CHUNK_SIZE = MAX_ADD_PEOPLE
+
+
+class GroupMembershipInput(ItemInput):
+    """One person to add to one group."""
+
+    group_id: Identifier
+    person_id: Identifier
+
+    def key(self) -> str:
+        return f"{self.group_id}/{self.person_id}"
+
+    def label(self) -> str:
+        return f"group {self.group_id} / person {self.person_id}"
+
+
+class GroupMembership(WriteJob[GroupMembershipInput]):
+    flow_key = FLOW_KEY
+    item_model = GroupMembershipInput
+
+    def units(self, items: Sequence[GroupMembershipInput]) -> list[list[GroupMembershipInput]]:
+        """Per group, chunks of at most 100 people, in input order."""
+        by_group: dict[str, list[GroupMembershipInput]] = {}
+        for item in items:
+            by_group.setdefault(item.group_id, []).append(item)
+        return [
+            people[start : start + CHUNK_SIZE]
+            for people in by_group.values()
+            for start in range(0, len(people), CHUNK_SIZE)
+        ]
+
+    def plan(self, unit: Sequence[GroupMembershipInput]) -> list[ItemResult]:
+        return [
+            ItemResult(
+                item=item.label(),
+                outcome=Outcome.PLANNED,
+                reason=f"would add in one call with {len(unit) - 1} other(s)",
+            )
+            for item in unit
+        ]
+
+    async def apply(
+        self, client: ComplianceClient, unit: Sequence[GroupMembershipInput]
+    ) -> list[ItemResult]:
+        group_id = unit[0].group_id
+        person_ids = [item.person_id for item in unit]
+        try:
+            answers = await add_people_to_group(
+                client, group_id, person_ids, chunk_label=f"{len(person_ids)}-people"
+            )
+        except Exception as error:  # the whole chunk failed after the task's retries
+            return [failure(item, error) for item in unit]
+        matched = _match(unit, answers)
+        return [_result(item, answer) for item, answer in zip(unit, matched, strict=True)]
+
+
+def _match(
+    unit: Sequence[GroupMembershipInput], answers: list[GroupUpdateResult]
+) -> list[GroupUpdateResult | None]:
+    """The answer for each person: by position (the spec's promise), checked by id."""
+    by_id = {answer.id: answer for answer in answers}
+    matched: list[GroupUpdateResult | None] = []
+    for index, item in enumerate(unit):
+        positional = answers[index] if index < len(answers) else None
+        if positional is not None and positional.id == item.person_id:
+            matched.append(positional)
+        else:
+            matched.append(by_id.get(item.person_id))
+    return matched
+
+
+def _result(item: GroupMembershipInput, answer: GroupUpdateResult | None) -> ItemResult:
+    if answer is None:
+        return ItemResult(
+            item=item.label(),
+            outcome=Outcome.FAILED_RETRYABLE,
+            reason="the service's answer had no result for this person",
+            rerun_input=item.as_input(),
+        )
+    if answer.ok:
+        return ItemResult(item=item.label(), outcome=Outcome.SUCCEEDED, response="SUCCESS")
+    return ItemResult(
+        item=item.label(),
+        outcome=Outcome.FAILED,
+        reason=answer.message or "the service reported ERROR without a message",
+        response=str(answer.status),
+        rerun_input=item.as_input(),
+    )
+
+
+PERSON_FIELDS = ["person_id", "group_id"]
+
+
+def read_membership_items(
+    group_ids: list[str] | None, person_ids: list[str] | None, input_file: str | None
+) -> ParsedItems[GroupMembershipInput]:
+    """Pairs of (group, person).
+
+    Inline: every person in ``person_ids`` goes into every group in ``group_ids``. From a file:
+    CSV columns ``person_id`` and optional ``group_id``, or a JSON list of person ids or of
+    ``{"person_id", "group_id"?}`` objects; a row without a group goes into every group of
+    ``group_ids``.
+    """
+    groups = list(group_ids or [])
+    if person_ids and not groups:
+        raise InputError("group_ids", group_ids, "is required with person_ids")
+    inline = [
+        (f"person_ids[{index}]", {"person_id": person, "group_id": group})
+        for index, person in enumerate(person_ids or [])
+        for group in groups
+    ]
+    records = collect_records(
+        inline if person_ids else None,
+        input_file,
+        what="group_ids with person_ids, or input_file",
+        columns=PERSON_FIELDS,
+        required=["person_id"],
+        scalar_field="person_id",
+    )
+    expanded: list[tuple[str, dict[str, Any]]] = []
+    for where, record in records:
+        if record.get("group_id"):
+            expanded.append((where, record))
+        elif groups:
+            expanded.extend((where, {**record, "group_id": group}) for group in groups)
+        else:
+            raise InputError(
+                "group_id", None, "is missing and no group_ids were given for the run", item=where
+            )
+    return dedupe(parse_items(GroupMembershipInput, expanded))
+
+
+@flow(name="Add people to groups", validate_parameters=True)
+async def add_people_to_groups(
+    group_ids: list[str] | None = None,
+    person_ids: list[str] | None = None,
+    input_file: str | None = None,
+    dry_run: bool = False,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> RunSummary:
+    """Add people to one or more groups, 100 people per call.
+
+    Give ``group_ids`` plus ``person_ids`` inline, or a CSV/JSON ``input_file`` of people (with
+    an optional ``group_id`` per row). Every id is checked first; duplicates are dropped and
+    reported. Per-person errors (e.g. an unknown person) are collected with the service's
+    message; the run is Failed (red) if any person was not added.
+    """
+    parsed = read_membership_items(group_ids, person_ids, input_file)
+    return await run_write_job(  # type: ignore[return-value]
+        GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency
+    )

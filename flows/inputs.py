@@ -1,0 +1,304 @@
+"""Reading and checking the items of a write run, before anything is sent.
+
+Items come inline (flow parameters, as typed in the Prefect UI) or from a CSV or JSON file for
+bulk runs. Every problem becomes an :class:`~compliance_api.errors.InputError` that names the
+item (``row 4`` of a file, ``links[2]`` of a parameter), the field and the value, so the run
+stops before its first API call and the operator knows exactly what to fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+
+from compliance_api.errors import InputError
+
+#: an identifier that is safe in a URL path: no blanks, no whitespace, no ``/?#``
+Identifier = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=256, pattern=r"^[^\s/?#]+$"),
+]
+
+#: separates several values in one CSV cell (``IN_REVIEW;READY_FOR_REVIEW``)
+LIST_SEPARATOR = ";"
+
+Record = dict[str, Any]
+
+
+class ItemInput(BaseModel):
+    """One item of a write run: strict, so a typo in a field name is an error, not a no-op."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, frozen=True)
+
+    def key(self) -> str:
+        """What makes two items "the same item" (duplicates share it)."""
+        raise NotImplementedError
+
+    def label(self) -> str:
+        """How the item is named in tables, logs and errors."""
+        return self.key()
+
+    def as_input(self) -> dict[str, Any]:
+        """The JSON form that parses back into this item (stored for reruns)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+ItemT = TypeVar("ItemT", bound=ItemInput)
+
+
+@dataclass(frozen=True)
+class ParsedItems(Generic[ItemT]):
+    """Unique items in input order, and what was dropped as a duplicate."""
+
+    items: list[ItemT]
+    duplicates: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, items: list[ItemT], duplicates: list[str] | None = None) -> ParsedItems[ItemT]:
+        return cls(items=items, duplicates=duplicates or [])
+
+
+def split_list(value: Any) -> Any:
+    """Let a CSV cell (or a UI text box) carry a list: ``"a; b"`` -> ``["a", "b"]``."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(LIST_SEPARATOR) if part.strip()]
+    return value
+
+
+def describe(where: str, data: Mapping[str, Any], id_fields: Sequence[str]) -> str:
+    """``row 4 (person_id=p-9)``: the position plus the ids an operator searches for."""
+    ids = [f"{name}={data[name]}" for name in id_fields if data.get(name) not in (None, "")]
+    return f"{where} ({', '.join(ids)})" if ids else where
+
+
+def parse_item(model: type[ItemT], data: Mapping[str, Any], where: str) -> ItemT:
+    """Validate one record; the error names the item, the field and the offending value."""
+    if not isinstance(data, Mapping):
+        raise InputError(where, data, f"must be an object with the fields of {model.__name__}")
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        raise _first_problem(exc, model, data, where) from None
+    except InputError as exc:
+        raise InputError(exc.field, exc.value, exc.problem, item=exc.item or where) from None
+
+
+def _first_problem(
+    exc: ValidationError, model: type[BaseModel], data: Mapping[str, Any], where: str
+) -> InputError:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    name = ".".join(str(part) for part in first["loc"]) or model.__name__
+    problem = str(first["msg"]).removeprefix("Value error, ")
+    value = first.get("input")
+    if first["type"] == "missing":
+        problem, value = "is required", None
+    elif first["type"] == "extra_forbidden":
+        expected = ", ".join(model.model_fields)
+        problem = f"is not a field of this input (expected: {expected})"
+    if len(errors) > 1:
+        problem += f" (and {len(errors) - 1} more problem(s) in this item)"
+    id_fields = [field_name for field_name in model.model_fields if field_name.endswith("_id")]
+    return InputError(name, value, problem, item=describe(where, data, id_fields))
+
+
+def parse_items(
+    model: type[ItemT], records: Iterable[tuple[str, Mapping[str, Any]]]
+) -> list[ItemT]:
+    return [parse_item(model, data, where) for where, data in records]
+
+
+def dedupe(items: Sequence[ItemT]) -> ParsedItems[ItemT]:
+    """Drop exact repeats (reported); the same key with different content is an input error.
+
+    Sending both versions of a conflicting pair would make the result depend on timing, and
+    silently picking one would lose the other: the operator has to decide.
+    """
+    kept: dict[str, ItemT] = {}
+    duplicates: list[str] = []
+    for item in items:
+        earlier = kept.get(item.key())
+        if earlier is None:
+            kept[item.key()] = item
+        elif earlier == item:
+            duplicates.append(item.label())
+        else:
+            raise InputError(
+                "input",
+                item.key(),
+                f"appears twice with different values ({earlier.as_input()} and "
+                f"{item.as_input()}); keep one",
+                item=item.label(),
+            )
+    return ParsedItems.of(list(kept.values()), duplicates)
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------
+
+
+def read_input_file(
+    input_file: str | Path,
+    *,
+    columns: Sequence[str],
+    required: Sequence[str],
+    column_prefixes: Sequence[str] = (),
+    scalar_field: str | None = None,
+) -> list[tuple[str, Record]]:
+    """Records of a CSV file (with a header) or a JSON file (a list), each with its position.
+
+    ``columns`` are the names a record may have (CSV columns or JSON keys), ``required`` those a
+    CSV header must have; names starting with one of ``column_prefixes`` are allowed too. In a
+    JSON list a plain string stands for ``{scalar_field: value}``. Empty CSV cells count as not
+    given.
+    """
+    path = Path(input_file).expanduser()
+    text = _read_text(path)
+    names = _Names(path, columns, column_prefixes)
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        records = _json_records(path, text, scalar_field)
+        for where, record in records:
+            names.check_record(where, record)
+    elif suffix == ".csv":
+        header, records = _csv_records(path, text)
+        names.check_header(header, required)
+    else:
+        raise InputError("input_file", str(path), "must be a .csv or .json file")
+    if not records:
+        raise InputError("input_file", str(path), "has no items")
+    return records
+
+
+class _Names:
+    """Which column names / JSON keys an input file may use (a typo must not be ignored)."""
+
+    def __init__(self, path: Path, columns: Sequence[str], prefixes: Sequence[str]) -> None:
+        self.path = path
+        self.columns = list(columns)
+        self.prefixes = tuple(prefixes)
+
+    def allowed(self, name: str) -> bool:
+        return name in self.columns or (bool(self.prefixes) and name.startswith(self.prefixes))
+
+    def check_header(self, header: list[str], required: Sequence[str]) -> None:
+        for column in required:
+            if column not in header:
+                raise InputError(
+                    "input_file",
+                    str(self.path),
+                    f"has no column {column!r} (columns found: {', '.join(header)})",
+                )
+        unknown = [name for name in header if not self.allowed(name)]
+        if unknown:
+            raise InputError(
+                "input_file",
+                str(self.path),
+                f"has unknown column(s) {', '.join(map(repr, unknown))}; "
+                f"expected: {', '.join(self.columns)}",
+            )
+
+    def check_record(self, where: str, record: Record) -> None:
+        for name in record:
+            if not self.allowed(name):
+                raise InputError(
+                    name,
+                    record[name],
+                    f"is not a known field; expected: {', '.join(self.columns)}",
+                    item=where,
+                )
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise InputError("input_file", str(path), "does not exist or is not a file")
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")  # tolerate the BOM spreadsheet programs write
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            "input_file",
+            str(path),
+            f"is not UTF-8 text (byte {exc.start} is {raw[exc.start : exc.start + 1]!r}); "
+            "save it as UTF-8 (in a spreadsheet: 'CSV UTF-8')",
+        ) from None
+
+
+def _json_records(path: Path, text: str, scalar_field: str | None) -> list[tuple[str, Record]]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            "input_file", str(path), f"is not valid JSON (line {exc.lineno}: {exc.msg})"
+        ) from None
+    if not isinstance(data, list):
+        raise InputError("input_file", str(path), "must hold a JSON list of items")
+    records = []
+    for index, value in enumerate(data, start=1):
+        where = f"item {index}"
+        records.append((where, _record(value, scalar_field, where)))
+    return records
+
+
+def _record(value: Any, scalar_field: str | None, where: str) -> Record:
+    if isinstance(value, dict):
+        return value
+    if scalar_field is not None and isinstance(value, str):
+        return {scalar_field: value}
+    expected = f"an object or a {scalar_field} string" if scalar_field else "an object"
+    raise InputError(where, value, f"must be {expected}")
+
+
+def _csv_records(path: Path, text: str) -> tuple[list[str], list[tuple[str, Record]]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        if not reader.fieldnames:
+            raise InputError("input_file", str(path), "is empty (a CSV file needs a header row)")
+        header = [name.strip() for name in reader.fieldnames]
+        records: list[tuple[str, Record]] = []
+        for row in reader:
+            where = f"row {reader.line_num}"
+            if None in row:
+                raise InputError(where, row[None], "has more cells than the header has columns")
+            cells = {name.strip(): (value or "").strip() for name, value in row.items()}
+            given = {name: value for name, value in cells.items() if value}
+            if given:  # a blank line is not an item
+                records.append((where, given))
+    except csv.Error as exc:
+        raise InputError("input_file", str(path), f"is not valid CSV: {exc}") from None
+    return header, records
+
+
+def collect_records(
+    inline: Iterable[tuple[str, Record]] | None,
+    input_file: str | Path | None,
+    *,
+    what: str,
+    columns: Sequence[str],
+    required: Sequence[str],
+    column_prefixes: Sequence[str] = (),
+    scalar_field: str | None = None,
+) -> list[tuple[str, Record]]:
+    """Records from the parameters and/or the file (both may be given); neither is an error."""
+    records = list(inline or [])
+    if input_file:
+        records.extend(
+            read_input_file(
+                input_file,
+                columns=columns,
+                required=required,
+                column_prefixes=column_prefixes,
+                scalar_field=scalar_field,
+            )
+        )
+    if not records:
+        raise InputError("input", None, f"no items: give {what}")
+    return records

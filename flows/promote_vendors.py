@@ -1,0 +1,148 @@
+"""Runbook: promote discovered vendors to managed vendors.
+
+1. Read the discovered-vendor ids (parameter or file) and check every one; drop duplicates.
+2. Add each to the managed vendors (a vendor that is already managed counts as done).
+3. Report each vendor's managed id, status and risk levels; unknown ids fail as "not found".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect import flow
+from pydantic import BaseModel
+
+from compliance_api.client import ComplianceClient
+from compliance_api.errors import ConflictError
+from compliance_api.models import Vendor
+from flows.inputs import Identifier, ItemInput, ParsedItems, collect_records, dedupe, parse_items
+from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
+from tasks.outcomes import ItemResult, Outcome, RunSummary
+from tasks.vendors import promote_discovered_vendor
+
+FLOW_KEY = "promote-discovered-vendors"
+
+
+class DiscoveredVendorInput(ItemInput):
+    """One discovered vendor to promote."""
+
+    discovered_vendor_id: Identifier
+
+    def key(self) -> str:
+        return self.discovered_vendor_id
+
+
+class ManagedVendor(BaseModel):
+    """A promoted vendor as the summary lists it."""
+
+    discovered_vendor_id: str
+    vendor_id: str
+    name: str
+    status: str
+    inherent_risk_level: str | None
+    residual_risk_level: str | None
+
+
+class VendorPromotionSummary(RunSummary):
+    managed_vendors: list[ManagedVendor] = []
+
+
+def _risk(value: object) -> str | None:
+    return None if value is None else str(getattr(value, "value", value))
+
+
+def managed_vendor(discovered_vendor_id: str, vendor: Vendor) -> ManagedVendor:
+    return ManagedVendor(
+        discovered_vendor_id=discovered_vendor_id,
+        vendor_id=vendor.id,
+        name=vendor.name,
+        status=str(getattr(vendor.status, "value", vendor.status)),
+        inherent_risk_level=_risk(vendor.inherent_risk_level),
+        residual_risk_level=_risk(vendor.residual_risk_level),
+    )
+
+
+class VendorPromotion(WriteJob[DiscoveredVendorInput]):
+    flow_key = FLOW_KEY
+    item_model = DiscoveredVendorInput
+
+    def plan(self, unit: Sequence[DiscoveredVendorInput]) -> list[ItemResult]:
+        return [
+            ItemResult(item=item.label(), outcome=Outcome.PLANNED, reason="would add to managed")
+            for item in unit
+        ]
+
+    async def apply(
+        self, client: ComplianceClient, unit: Sequence[DiscoveredVendorInput]
+    ) -> list[ItemResult]:
+        (item,) = unit
+        try:
+            vendor = await promote_discovered_vendor(client, item.discovered_vendor_id)
+        except ConflictError as error:  # the service may answer 409 for an already managed one
+            return [
+                ItemResult(
+                    item=item.label(),
+                    outcome=Outcome.SUCCEEDED,
+                    reason=f"already managed ({error.message})",
+                )
+            ]
+        except Exception as error:
+            return [failure(item, error)]
+        promoted = managed_vendor(item.discovered_vendor_id, vendor)
+        return [
+            ItemResult(
+                item=item.label(),
+                outcome=Outcome.SUCCEEDED,
+                reason="managed",
+                response=(
+                    f"vendor {promoted.vendor_id} ({promoted.name}): {promoted.status}, "
+                    f"inherent risk {promoted.inherent_risk_level}, "
+                    f"residual risk {promoted.residual_risk_level}"
+                ),
+                details=promoted.model_dump(),
+            )
+        ]
+
+    def summarize(self, summary: RunSummary, results: Sequence[ItemResult]) -> RunSummary:
+        vendors = [ManagedVendor(**r.details) for r in results if r.details]
+        return VendorPromotionSummary(**summary.model_dump(), managed_vendors=vendors)
+
+
+def read_vendor_items(
+    discovered_vendor_ids: list[str] | None, input_file: str | None
+) -> ParsedItems[DiscoveredVendorInput]:
+    """Ids from the parameter and/or a file: CSV column ``discovered_vendor_id`` or a JSON list
+    of ids or of ``{"discovered_vendor_id": ...}`` objects."""
+    inline = [
+        (f"discovered_vendor_ids[{index}]", {"discovered_vendor_id": value})
+        for index, value in enumerate(discovered_vendor_ids or [])
+    ]
+    records = collect_records(
+        inline,
+        input_file,
+        what="discovered_vendor_ids or input_file",
+        columns=["discovered_vendor_id"],
+        required=["discovered_vendor_id"],
+        scalar_field="discovered_vendor_id",
+    )
+    return dedupe(parse_items(DiscoveredVendorInput, records))
+
+
+@flow(name="Promote discovered vendors", validate_parameters=True)
+async def promote_discovered_vendors(
+    discovered_vendor_ids: list[str] | None = None,
+    input_file: str | None = None,
+    dry_run: bool = False,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> VendorPromotionSummary:
+    """Promote discovered vendors to managed vendors.
+
+    Give the ids inline (``discovered_vendor_ids``) or a CSV/JSON file (``input_file``). Every
+    id is checked before the first call; ``dry_run`` only reports what would be promoted.
+    Vendors already managed count as succeeded; unknown ids fail as "not found". The run is
+    Failed (red) if any vendor failed; rerun just those with ``rerun_failed_items``.
+    """
+    parsed = read_vendor_items(discovered_vendor_ids, input_file)
+    return await run_write_job(  # type: ignore[return-value]
+        VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency
+    )

@@ -1,0 +1,341 @@
+"""Runbook: move questionnaires through review to approval.
+
+For each questionnaire, in order:
+1. assign owner / approver, due date and tags (one update, if any is given);
+2. set each status of the route (only statuses a client may set), skipping the steps the
+   questionnaire has already reached, as the service's answer shows;
+3. approve it with a status-change message (unless it is already approved).
+
+A step that fails stops that questionnaire (the others go on); its rerun sends only the steps
+that did not happen. Assigning an approver needs the QuestionnaireAutomationAdvanced
+entitlement: without it the questionnaire fails with that reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal, Self
+
+from prefect import flow
+from pydantic import field_validator, model_validator
+
+from compliance_api.client import ComplianceClient
+from compliance_api.errors import PermissionDeniedError
+from compliance_api.models import (
+    SETTABLE_QUESTIONNAIRE_STATUSES,
+    QuestionnaireStatus,
+    QuestionnaireUpdate,
+)
+from flows.inputs import (
+    Identifier,
+    ItemInput,
+    ParsedItems,
+    collect_records,
+    dedupe,
+    parse_items,
+    split_list,
+)
+from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job
+from tasks.outcomes import ItemResult, Outcome, RunSummary
+from tasks.questionnaires import approve_questionnaire, update_questionnaire
+
+FLOW_KEY = "route-questionnaires"
+ENTITLEMENT = "QuestionnaireAutomationAdvanced"
+APPROVED = QuestionnaireStatus.APPROVED.value
+SETTABLE = sorted(status.value for status in SETTABLE_QUESTIONNAIRE_STATUSES)
+ActorKind = Literal["User", "Team"]
+
+
+class QuestionnaireRouteInput(ItemInput):
+    """What to do with one questionnaire: assignments, a route of statuses, then approval."""
+
+    questionnaire_id: Identifier
+    route: list[str] = []
+    owner_id: Identifier | None = None
+    owner_type: ActorKind = "User"
+    approver_id: Identifier | None = None
+    approver_type: ActorKind = "User"
+    due_date: datetime | None = None
+    tags: list[str] | None = None
+    approve: bool = True
+    approval_message: str | None = None
+
+    @field_validator("route", mode="before")
+    @classmethod
+    def _route_list(cls, value: Any) -> Any:
+        value = split_list(value)
+        if isinstance(value, list):
+            return [item.strip().upper() if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("route")
+    @classmethod
+    def _settable(cls, value: list[str]) -> list[str]:
+        for status in value:
+            if status not in SETTABLE:
+                hint = " (approval is the separate approve step)" if status == APPROVED else ""
+                raise ValueError(
+                    f"{status!r} cannot be set by a client{hint}; settable: {', '.join(SETTABLE)}"
+                )
+        return value
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tag_list(cls, value: Any) -> Any:
+        value = split_list(value)
+        if isinstance(value, list):
+            return [
+                f"{tag['category_id']}:{tag['tag_id']}" if isinstance(tag, dict) else tag
+                for tag in value
+            ]
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tag_format(cls, value: list[str] | None) -> list[str] | None:
+        for tag in value or []:
+            category, _, tag_id = tag.partition(":")
+            if not category.strip() or not tag_id.strip():
+                raise ValueError(f"{tag!r} is not 'category_id:tag_id'")
+        return value
+
+    @model_validator(mode="after")
+    def _something_to_do(self) -> Self:
+        if not (self.route or self.approve or self.has_assignments()):
+            raise ValueError("nothing to do: give a route, assignments or approve=true")
+        return self
+
+    def key(self) -> str:
+        return self.questionnaire_id
+
+    def label(self) -> str:
+        return f"questionnaire {self.questionnaire_id}"
+
+    def has_assignments(self) -> bool:
+        return bool(self.owner_id or self.approver_id or self.due_date or self.tags is not None)
+
+    def assignment_update(self) -> QuestionnaireUpdate:
+        fields: dict[str, Any] = {}
+        if self.owner_id:
+            fields["owner_assignment"] = {"type": self.owner_type, "id": self.owner_id}
+        if self.approver_id:
+            fields["approver_assignment"] = {"type": self.approver_type, "id": self.approver_id}
+        if self.due_date:
+            fields["due_date"] = self.due_date
+        if self.tags is not None:
+            fields["tag_and_category_ids"] = [
+                {"category_id": tag.partition(":")[0], "tag_id": tag.partition(":")[2]}
+                for tag in self.tags
+            ]
+        return QuestionnaireUpdate(**fields)
+
+    def describe_assignments(self) -> str:
+        parts = []
+        if self.owner_id:
+            parts.append(f"owner {self.owner_type} {self.owner_id}")
+        if self.approver_id:
+            parts.append(f"approver {self.approver_type} {self.approver_id}")
+        if self.due_date:
+            parts.append(f"due {self.due_date.isoformat()}")
+        if self.tags is not None:
+            parts.append(f"tags [{', '.join(self.tags)}] (replacing all tags)")
+        return "assign " + ", ".join(parts)
+
+    def without_assignments(self, route: list[str]) -> QuestionnaireRouteInput:
+        """The same questionnaire with only the remaining route (and approval) to do."""
+        return self.model_copy(
+            update={"owner_id": None, "approver_id": None, "due_date": None, "tags": None}
+            | {"route": route}
+        )
+
+
+class _Progress:
+    """What has happened to one questionnaire so far."""
+
+    def __init__(self) -> None:
+        self.status: str | None = None
+        self.done: list[str] = []
+        self.skipped: list[str] = []
+
+    def note(self, status: object) -> None:
+        self.status = str(getattr(status, "value", status))
+
+    def reached(self, route_rest: list[str]) -> bool:
+        """True if the questionnaire already is at this route step or a later one."""
+        return self.status is not None and (self.status == APPROVED or self.status in route_rest)
+
+
+class QuestionnaireRouting(WriteJob[QuestionnaireRouteInput]):
+    flow_key = FLOW_KEY
+    item_model = QuestionnaireRouteInput
+
+    def plan(self, unit: Sequence[QuestionnaireRouteInput]) -> list[ItemResult]:
+        (item,) = unit
+        steps = []
+        if item.has_assignments():
+            steps.append(item.describe_assignments())
+        steps.extend(f"set {status}" for status in item.route)
+        if item.approve:
+            steps.append("approve")
+        return [
+            ItemResult(
+                item=item.label(),
+                outcome=Outcome.PLANNED,
+                reason="would " + " -> ".join(steps) + " (steps already reached are skipped)",
+            )
+        ]
+
+    async def apply(
+        self, client: ComplianceClient, unit: Sequence[QuestionnaireRouteInput]
+    ) -> list[ItemResult]:
+        (item,) = unit
+        qid = item.questionnaire_id
+        progress = _Progress()
+        if item.has_assignments():
+            try:
+                answer = await update_questionnaire(client, qid, item.assignment_update(), "assign")
+            except Exception as error:
+                return [_failed(item, progress, "assign", error, rerun=item)]
+            progress.note(answer.status)
+            progress.done.append(item.describe_assignments())
+        for index, status in enumerate(item.route):
+            if progress.reached(item.route[index:]):
+                progress.skipped.append(status)
+                continue
+            update = QuestionnaireUpdate(status=QuestionnaireStatus(status))
+            try:
+                answer = await update_questionnaire(client, qid, update, status)
+            except Exception as error:
+                rest = item.without_assignments(item.route[index:])
+                return [_failed(item, progress, f"set {status}", error, rerun=rest)]
+            progress.note(answer.status)
+            progress.done.append(f"set {status}")
+        if item.approve:
+            if progress.status == APPROVED:
+                progress.skipped.append("approve")
+            else:
+                try:
+                    answer = await approve_questionnaire(client, qid, _message(item))
+                except Exception as error:
+                    rest = item.without_assignments([])
+                    return [_failed(item, progress, "approve", error, rerun=rest)]
+                progress.note(answer.status)
+                progress.done.append("approve")
+        return [_succeeded(item, progress)]
+
+
+def _message(item: QuestionnaireRouteInput) -> str:
+    if item.approval_message:
+        return item.approval_message
+    route = " -> ".join(item.route) or "review"
+    return f"Approved by the 'Route questionnaires to approval' flow after {route}"
+
+
+def _succeeded(item: QuestionnaireRouteInput, progress: _Progress) -> ItemResult:
+    skipped = (
+        f"skipped (already reached): {', '.join(progress.skipped)}" if progress.skipped else ""
+    )
+    done = "; ".join(progress.done)
+    return ItemResult(
+        item=item.label(),
+        outcome=Outcome.SUCCEEDED if progress.done else Outcome.SKIPPED,
+        reason="; ".join(part for part in (done, skipped) if part) or "nothing to do",
+        response=f"status {progress.status}" if progress.status else "",
+    )
+
+
+def _failed(
+    item: QuestionnaireRouteInput,
+    progress: _Progress,
+    step: str,
+    error: BaseException,
+    *,
+    rerun: QuestionnaireRouteInput,
+) -> ItemResult:
+    outcome, reason = classify(error)
+    if isinstance(error, PermissionDeniedError) and step == "assign" and item.approver_id:
+        reason = (
+            f"assigning an approver needs the {ENTITLEMENT} entitlement, which this "
+            f"application does not have ({error.message})"
+        )
+    done = f"; done before: {'; '.join(progress.done)}" if progress.done else ""
+    return ItemResult(
+        item=item.label(),
+        outcome=outcome,
+        reason=f"{step} failed: {reason}{done}",
+        response=f"status {progress.status}" if progress.status else "",
+        rerun_input=rerun.as_input(),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Input
+# --------------------------------------------------------------------------------------------
+
+FIELDS = list(QuestionnaireRouteInput.model_fields)
+
+
+def read_route_items(
+    questionnaire_ids: list[str] | None,
+    input_file: str | None,
+    defaults: dict[str, Any],
+) -> ParsedItems[QuestionnaireRouteInput]:
+    """Ids inline (each gets the run's route and assignments) and/or file rows (CSV columns or
+    JSON keys named like the fields; a field a row leaves out comes from the run's parameters)."""
+    given = {name: value for name, value in defaults.items() if value is not None}
+    inline = [
+        (f"questionnaire_ids[{index}]", {"questionnaire_id": value})
+        for index, value in enumerate(questionnaire_ids or [])
+    ]
+    records = collect_records(
+        inline,
+        input_file,
+        what="questionnaire_ids or input_file",
+        columns=FIELDS,
+        required=["questionnaire_id"],
+        scalar_field="questionnaire_id",
+    )
+    return dedupe(parse_items(QuestionnaireRouteInput, [(w, {**given, **r}) for w, r in records]))
+
+
+@flow(name="Route questionnaires to approval", validate_parameters=True)
+async def route_questionnaires(
+    questionnaire_ids: list[str] | None = None,
+    route: list[str] | None = None,
+    owner_id: str | None = None,
+    owner_type: ActorKind = "User",
+    approver_id: str | None = None,
+    approver_type: ActorKind = "User",
+    due_date: datetime | None = None,
+    tags: list[str] | None = None,
+    approve: bool = True,
+    approval_message: str | None = None,
+    input_file: str | None = None,
+    dry_run: bool = False,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> RunSummary:
+    """Assign, route through review statuses and approve questionnaires.
+
+    ``route`` lists statuses to set in order (only IN_PROGRESS, IN_REVIEW, READY_FOR_REVIEW,
+    WAITING_ON_ANSWERS, ON_HOLD, NO_LONGER_NEEDED; anything else stops the run before any
+    call). ``tags`` are ``category_id:tag_id`` and replace all of a questionnaire's tags. With
+    ``approve`` the questionnaire is then approved with ``approval_message``. Steps a
+    questionnaire has already reached are skipped; a missing entitlement for the approver
+    fails that questionnaire with a clear reason.
+    """
+    defaults = {
+        "route": route,
+        "owner_id": owner_id,
+        "owner_type": owner_type,
+        "approver_id": approver_id,
+        "approver_type": approver_type,
+        "due_date": due_date,
+        "tags": tags,
+        "approve": approve,
+        "approval_message": approval_message,
+    }
+    parsed = read_route_items(questionnaire_ids, input_file, defaults)
+    return await run_write_job(  # type: ignore[return-value]
+        QuestionnaireRouting(), parsed, dry_run=dry_run, concurrency=concurrency
+    )

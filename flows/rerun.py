@@ -1,0 +1,191 @@
+"""Runbook: rerun exactly the items that failed in an earlier write run.
+
+1. Read the earlier run's failed-items record from the Prefect database (every write run
+   leaves one; it names the flow and holds each failed item's remaining input).
+2. Check those inputs again and send them with the same flow's rules. Items that succeeded
+   are not in the record, so they are never sent again; a questionnaire resumes at the step
+   that failed; document links stay protected by the ledger.
+3. The rerun reports like any write run (its table links to the earlier run) and records its
+   own failures, so a rerun of a rerun works too. ``attempt`` numbers the runs (the original
+   is 1, each rerun one more), so an automation can stop after ``max_attempts``.
+
+From the command line: ``python -m flows.rerun <flow_run_id> [--attempt N] [--dry-run]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.exceptions import ObjectNotFound
+from prefect.logging import get_run_logger
+
+from compliance_api.errors import ComplianceError, InputError
+from flows.account_tags import AccountTags
+from flows.document_links import UnconfirmedLinks, document_links_job
+from flows.group_membership import GroupMembership
+from flows.inputs import ItemInput, ParsedItems, dedupe, parse_item
+from flows.promote_vendors import VendorPromotion
+from flows.questionnaires import QuestionnaireRouting
+from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, run_write_job
+from tasks.outcomes import ItemsFailed, RunSummary
+from tasks.reporting import FailedItemsRecord, read_failed_items
+
+JobFactory = Callable[[UnconfirmedLinks], AbstractContextManager[WriteJob[Any]]]
+
+#: every write flow, by the key its failed-items record carries
+JOBS: dict[str, JobFactory] = {
+    VendorPromotion.flow_key: lambda _: nullcontext(VendorPromotion()),
+    GroupMembership.flow_key: lambda _: nullcontext(GroupMembership()),
+    AccountTags.flow_key: lambda _: nullcontext(AccountTags()),
+    QuestionnaireRouting.flow_key: lambda _: nullcontext(QuestionnaireRouting()),
+    "attach-document-links": document_links_job,
+}
+
+#: attempts in total, the original run included
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+def _check_run_id(flow_run_id: str) -> str:
+    try:
+        return str(uuid.UUID(flow_run_id.strip()))
+    except (ValueError, AttributeError):
+        raise InputError("flow_run_id", flow_run_id, "is not a flow run id (a UUID)") from None
+
+
+async def _failed_items_of(flow_run_id: str) -> FailedItemsRecord:
+    """The record, or an InputError saying why there is none."""
+    record = await read_failed_items(flow_run_id)
+    if record is not None:
+        return record
+    async with get_client() as client:
+        try:
+            run = await client.read_flow_run(uuid.UUID(flow_run_id))
+        except ObjectNotFound:
+            raise InputError("flow_run_id", flow_run_id, "no such flow run") from None
+        flow_name = (await client.read_flow(run.flow_id)).name
+    state = run.state.name if run.state else "unknown"
+    raise InputError(
+        "flow_run_id",
+        flow_run_id,
+        f"run of {flow_name!r} (state {state}) left no failed-items record: it is not a write "
+        "run, was a dry run, or stopped before reporting; run the flow again with its input "
+        "(document links are protected by the ledger)",
+    )
+
+
+def _parse_inputs(job: WriteJob[Any], record: FailedItemsRecord) -> ParsedItems[ItemInput]:
+    items = [
+        parse_item(job.item_model, data, f"failed item {index}")
+        for index, data in enumerate(record.inputs, start=1)
+    ]
+    return dedupe(items)
+
+
+@flow(name="Rerun failed items", flow_run_name="rerun-{flow_run_id}", validate_parameters=True)
+async def rerun_failed_items(
+    flow_run_id: str,
+    attempt: int | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    unconfirmed_links: UnconfirmedLinks = "report",
+    dry_run: bool = False,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> RunSummary:
+    """Rerun exactly the failed items of an earlier run of any write flow (or of a rerun).
+
+    ``attempt`` numbers this rerun (the original run is attempt 1); left empty, it is the
+    earlier run's attempt + 1. Past ``max_attempts`` the rerun refuses to start.
+    ``unconfirmed_links`` only matters for document links reported needs_review: "resend" or
+    "mark_attached" after checking them.
+    """
+    run_id = _check_run_id(flow_run_id)
+    record = await _failed_items_of(run_id)
+    attempt = attempt or record.attempt + 1
+    if attempt > max_attempts:
+        raise InputError(
+            "attempt",
+            attempt,
+            f"exceeds max_attempts={max_attempts} (the original run is attempt 1); "
+            "look at the failures and rerun by hand with a higher max_attempts",
+        )
+    factory = JOBS.get(record.flow_key)
+    if factory is None:
+        raise InputError("flow_run_id", run_id, f"unknown write flow {record.flow_key!r}")
+    logger = get_run_logger()
+    logger.info(
+        "Rerunning %d failed item(s) of %s run %s (attempt %d)",
+        len(record.rows),
+        record.flow_key,
+        run_id,
+        attempt,
+    )
+    with factory(unconfirmed_links) as job:
+        parsed = _parse_inputs(job, record)
+        return await run_write_job(  # type: ignore[return-value]
+            job,
+            parsed,
+            dry_run=dry_run,
+            concurrency=concurrency,
+            rerun_of=run_id,
+            attempt=attempt,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.rerun",
+        description="Rerun exactly the failed items of an earlier write flow run.",
+    )
+    parser.add_argument("flow_run_id", help="id of the earlier run (shown in its logs and UI)")
+    parser.add_argument("--attempt", type=int, default=None, help="default: earlier + 1")
+    parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS)
+    parser.add_argument(
+        "--unconfirmed-links", choices=["report", "resend", "mark_attached"], default="report"
+    )
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 when every item now succeeded, 1 when some failed again, 2 on bad input."""
+    args = _arguments(argv)
+    try:
+        summary = asyncio.run(
+            rerun_failed_items(
+                flow_run_id=args.flow_run_id,
+                attempt=args.attempt,
+                max_attempts=args.max_attempts,
+                unconfirmed_links=args.unconfirmed_links,
+                dry_run=args.dry_run,
+                concurrency=args.concurrency,
+            )
+        )
+    except ItemsFailed as failed:
+        print(f"Rerun finished with failures: {failed.summary.headline()}")
+        for item in failed.summary.failed_items:
+            print(f"  {item.item}: {item.outcome.value} - {item.reason}")
+        if failed.summary.flow_run_id:
+            print(f"Rerun those with: python -m flows.rerun {failed.summary.flow_run_id}")
+        return 1
+    except ComplianceError as error:
+        print(f"Cannot rerun: {error}", file=sys.stderr)
+        return 2
+    print(f"Rerun finished: {summary.headline()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

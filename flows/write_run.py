@@ -1,0 +1,236 @@
+"""The shape every write flow shares: validate, apply in bounded parallel, report, fail red.
+
+A flow states *what* to do with one unit of work (a ``WriteJob``); this module does the rest
+the same way for all of them: a progress bar while units finish, a results table, the
+failed-items record a rerun reads, an event when something failed, and a final state that is
+Completed only when every item succeeded.
+
+Concurrency is a capacity limiter around awaited async task calls on the flow's own event
+loop, so every task shares the one pooled ``ComplianceClient`` and the one token broker.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any, ClassVar, Generic
+
+import anyio
+from prefect.client.schemas.objects import State
+from prefect.context import FlowRunContext
+from prefect.logging import get_run_logger
+from prefect.states import Failed
+
+from compliance_api.client import ComplianceClient
+from compliance_api.errors import (
+    APIError,
+    InputError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitedError,
+    ServerError,
+    TransportError,
+)
+from flows.inputs import ItemInput, ItemT, ParsedItems
+from tasks.connection import compliance_client
+from tasks.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
+from tasks.reporting import (
+    Progress,
+    emit_failed_items_event,
+    publish_failed_items,
+    publish_results_table,
+    rerun_hint,
+)
+
+DEFAULT_CONCURRENCY = 8
+MAX_CONCURRENCY = 32
+
+
+class WriteJob(ABC, Generic[ItemT]):
+    """One write flow's rules: how items group into API calls, and what a call does.
+
+    A *unit* is the list of items one call (or one sequence of calls) handles: one vendor, one
+    chunk of up to 100 people of one group, one questionnaire's route.
+    """
+
+    #: the flow's key: names its artifacts and tells the rerun flow which job to use
+    flow_key: ClassVar[str]
+    item_model: ClassVar[type[Any]]
+    #: dry runs need a client only when validation reads from the service
+    reads_during_validation: ClassVar[bool] = False
+
+    def units(self, items: Sequence[ItemT]) -> list[list[ItemT]]:
+        return [[item] for item in items]
+
+    async def validate_remotely(self, client: ComplianceClient, items: Sequence[ItemT]) -> None:
+        """Checks that need reads from the service; raise InputError before any write."""
+
+    @abstractmethod
+    def plan(self, unit: Sequence[ItemT]) -> list[ItemResult]:
+        """Dry run: what would be sent (no call)."""
+
+    @abstractmethod
+    async def apply(self, client: ComplianceClient, unit: Sequence[ItemT]) -> list[ItemResult]:
+        """Send the unit; every item gets a result, API errors become failed items."""
+
+    def summarize(self, summary: RunSummary, results: Sequence[ItemResult]) -> RunSummary:
+        """A flow-specific summary (a subclass of RunSummary) if the flow has more to say."""
+        return summary
+
+
+def check_concurrency(concurrency: int) -> int:
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise InputError("concurrency", concurrency, f"must be between 1 and {MAX_CONCURRENCY}")
+    return concurrency
+
+
+def failure(item: ItemInput, error: BaseException, *, prefix: str = "") -> ItemResult:
+    """An item result for an error that outlasted the task's retries."""
+    outcome, reason = classify(error)
+    return ItemResult(
+        item=item.label(),
+        outcome=outcome,
+        reason=f"{prefix}{reason}",
+        rerun_input=item.as_input(),
+    )
+
+
+def classify(error: BaseException) -> tuple[Outcome, str]:
+    """Transient errors that survived every retry are worth rerunning later; others are not."""
+    if isinstance(error, NotFoundError):
+        return Outcome.FAILED, f"not found: {error.message}"
+    if isinstance(error, PermissionDeniedError):
+        return Outcome.FAILED, f"permission denied: {error.message}"
+    if isinstance(error, ServerError | RateLimitedError | TransportError):
+        return Outcome.FAILED_RETRYABLE, f"{describe_error(error)} (after retries)"
+    if isinstance(error, APIError):
+        return Outcome.FAILED, describe_error(error)
+    return Outcome.FAILED, f"unexpected error: {type(error).__name__}: {error}"
+
+
+def describe_error(error: BaseException) -> str:
+    """``503 service_unavailable: message`` - the status, the service's code and message."""
+    if not isinstance(error, APIError):
+        return f"{type(error).__name__}: {error}"
+    status = f"{error.status_code} " if error.status_code else ""
+    code = f"{error.code}: " if error.code else ""
+    kind = "" if status or code else f"{type(error).__name__}: "
+    return f"{status}{code}{kind}{error.message}".strip()
+
+
+def current_flow_run_id() -> str | None:
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return None
+    return str(context.flow_run.id)
+
+
+async def run_write_job(
+    job: WriteJob[ItemT],
+    parsed: ParsedItems[ItemT],
+    *,
+    dry_run: bool,
+    concurrency: int,
+    rerun_of: str | None = None,
+    attempt: int = 1,
+) -> RunSummary | State[Any]:
+    """Apply (or plan) every item, publish the reports, and return the run's final outcome.
+
+    Returns the summary when every item succeeded (or was skipped/planned), otherwise a Failed
+    state whose data is :class:`ItemsFailed` carrying the same summary.
+    """
+    check_concurrency(concurrency)
+    logger = get_run_logger()
+    items = parsed.items
+    if parsed.duplicates:
+        logger.warning(
+            "Removed %d duplicate item(s): %s", len(parsed.duplicates), ", ".join(parsed.duplicates)
+        )
+    units = job.units(items)
+    progress = Progress(job.flow_key, len(units))
+    mode = "Dry run: planning" if dry_run else "Applying"
+    logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))
+
+    needs_client = not dry_run or job.reads_during_validation
+    async with compliance_client() if needs_client else nullcontext(None) as client:
+        if client is not None:
+            await job.validate_remotely(client, items)
+        await progress.start()
+        if dry_run:
+            results = [result for unit in units for result in job.plan(unit)]
+            await progress.finish()
+        else:
+            assert client is not None
+            results = await _apply_all(job, client, units, concurrency, progress)
+
+    summary = _summary(job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt)
+    await publish_results_table(job.flow_key, summary, results)
+    if not dry_run:
+        await publish_failed_items(job.flow_key, summary)
+        emit_failed_items_event(job.flow_key, summary)
+    _log_outcome(logger, summary)
+    if summary.failed:
+        failed = ItemsFailed(summary)
+        return Failed(message=str(failed), data=failed)
+    return summary
+
+
+async def _apply_all(
+    job: WriteJob[ItemT],
+    client: ComplianceClient,
+    units: list[list[ItemT]],
+    concurrency: int,
+    progress: Progress,
+) -> list[ItemResult]:
+    limiter = anyio.CapacityLimiter(concurrency)
+    by_unit: list[list[ItemResult]] = [[] for _ in units]
+
+    async def run(index: int, unit: list[ItemT]) -> None:
+        async with limiter:
+            try:
+                by_unit[index] = await job.apply(client, unit)
+            except Exception as error:  # a bug or an unforeseen error fails its items only
+                by_unit[index] = [failure(item, error) for item in unit]
+        await progress.advance()
+
+    async with anyio.create_task_group() as group:
+        for index, unit in enumerate(units):
+            group.start_soon(run, index, unit)
+    return [result for unit_results in by_unit for result in unit_results]
+
+
+def _summary(
+    job: WriteJob[ItemT],
+    parsed: ParsedItems[ItemT],
+    results: list[ItemResult],
+    *,
+    dry_run: bool,
+    rerun_of: str | None,
+    attempt: int,
+) -> RunSummary:
+    counts = Counter(result.outcome for result in results)
+    summary = RunSummary(
+        flow=job.flow_key,
+        flow_run_id=current_flow_run_id(),
+        dry_run=dry_run,
+        total=len(results),
+        counts={outcome: counts.get(outcome, 0) for outcome in Outcome if counts.get(outcome)},
+        duplicates_removed=parsed.duplicates,
+        failed_items=[result for result in results if result.outcome.is_failure],
+        rerun_of=rerun_of,
+        attempt=attempt,
+    )
+    return job.summarize(summary, results)
+
+
+def _log_outcome(logger: logging.Logger | logging.LoggerAdapter[Any], summary: RunSummary) -> None:
+    logger.info("Result: %s", summary.headline())
+    for result in summary.failed_items[:20]:
+        logger.warning("%s: %s - %s", result.item, result.outcome.value, result.reason)
+    if summary.failed > 20:
+        logger.warning("... and %d more failed item(s)", summary.failed - 20)
+    if summary.failed and summary.flow_run_id:
+        logger.warning(rerun_hint(summary.flow_run_id))

@@ -1,0 +1,96 @@
+"""What happened to each item of a write run, and the run as a whole.
+
+Every write flow reports in these terms, so operators read one vocabulary in every table and
+the rerun flow can treat every flow's failures alike. Nothing here may hold a secret: these
+objects become Prefect results, artifacts and events.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Outcome(StrEnum):
+    """The fate of one item."""
+
+    #: the change was applied (or was already in place, e.g. a vendor already managed)
+    SUCCEEDED = "succeeded"
+    #: nothing to do: the change was made by an earlier run
+    SKIPPED = "skipped"
+    #: dry run: the change would be sent
+    PLANNED = "planned"
+    #: the service refused the item (not found, invalid, not entitled); rerun after fixing
+    FAILED = "failed"
+    #: a transient failure outlasted every retry; rerunning later is expected to work
+    FAILED_RETRYABLE = "failed_retryable"
+    #: the request may or may not have been applied; check before sending it again
+    NEEDS_REVIEW = "needs_review"
+
+    @property
+    def is_failure(self) -> bool:
+        """Failures turn the run red and are kept for a rerun."""
+        return self in (Outcome.FAILED, Outcome.FAILED_RETRYABLE, Outcome.NEEDS_REVIEW)
+
+
+class ItemResult(BaseModel):
+    """One row of the run's table artifact.
+
+    ``rerun_input`` is the input that finishes the item's remaining work (for a questionnaire,
+    only the steps that did not happen yet); it is set on failures only.
+    """
+
+    item: str
+    outcome: Outcome
+    reason: str = ""
+    response: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+    rerun_input: dict[str, Any] | None = None
+
+
+class RunSummary(BaseModel):
+    """The typed return value of every write flow."""
+
+    flow: str
+    flow_run_id: str | None = None
+    dry_run: bool = False
+    total: int = 0
+    counts: dict[Outcome, int] = Field(default_factory=dict)
+    duplicates_removed: list[str] = Field(default_factory=list)
+    failed_items: list[ItemResult] = Field(default_factory=list)
+    rerun_of: str | None = None
+    attempt: int = 1
+
+    @property
+    def failed(self) -> int:
+        return len(self.failed_items)
+
+    def count(self, outcome: Outcome) -> int:
+        return self.counts.get(outcome, 0)
+
+    def headline(self) -> str:
+        """One line for logs, state messages and the demo's printout."""
+        parts = [f"{n} {outcome.value}" for outcome, n in self.counts.items() if n]
+        counted = ", ".join(parts) or "nothing to do"
+        prefix = "dry run: " if self.dry_run else ""
+        return f"{prefix}{self.total} item(s): {counted}"
+
+
+class ItemsFailed(Exception):
+    """Raised (as the data of the run's Failed state) when any item failed.
+
+    It carries the whole summary, so a Python caller that awaits the flow gets the same typed
+    report from the exception as it would from a successful return.
+    """
+
+    def __init__(self, summary: RunSummary) -> None:
+        self.summary = summary
+        shown = "; ".join(f"{r.item}: {r.reason}" for r in summary.failed_items[:3])
+        more = summary.failed - 3
+        tail = f"; and {more} more" if more > 0 else ""
+        super().__init__(
+            f"{summary.failed} of {summary.total} item(s) failed ({shown}{tail}); "
+            "see the run's table artifact, rerun them with rerun_failed_items"
+        )

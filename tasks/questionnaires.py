@@ -1,0 +1,44 @@
+"""Questionnaire writes: one API operation per task."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from compliance_api.client import ComplianceClient
+from compliance_api.models import Questionnaire, QuestionnaireUpdate
+from tasks.retries import RETRY_JITTER, WRITE_RETRIES, WRITE_RETRY_DELAYS, retry_transient
+
+
+@task(
+    name="Update questionnaire",
+    task_run_name="update-{questionnaire_id}-{step}",
+    retries=WRITE_RETRIES,
+    retry_delay_seconds=WRITE_RETRY_DELAYS,
+    retry_jitter_factor=RETRY_JITTER,
+    retry_condition_fn=retry_transient,
+    cache_policy=NONE,
+    persist_result=False,
+)
+async def update_questionnaire(
+    client: ComplianceClient, questionnaire_id: str, update: QuestionnaireUpdate, step: str
+) -> Questionnaire:
+    """PATCH one questionnaire (status, assignments, due date, tags); a repeat is harmless."""
+    return await client.update_questionnaire(questionnaire_id, update)
+
+
+@task(
+    name="Approve questionnaire",
+    task_run_name="approve-{questionnaire_id}",
+    retries=WRITE_RETRIES,
+    retry_delay_seconds=WRITE_RETRY_DELAYS,
+    retry_jitter_factor=RETRY_JITTER,
+    retry_condition_fn=retry_transient,
+    cache_policy=NONE,
+    persist_result=False,
+)
+async def approve_questionnaire(
+    client: ComplianceClient, questionnaire_id: str, status_change_message: str | None
+) -> Questionnaire:
+    """Approve one questionnaire with the reason recorded in its status log."""
+    return await client.approve_questionnaire(questionnaire_id, status_change_message)

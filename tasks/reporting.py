@@ -1,0 +1,259 @@
+"""What a write run leaves in the Prefect UI: a results table, a progress bar, a failed-items
+record for reruns, and an event when items failed.
+
+The failed-items record lives in the Prefect database (a table artifact attached to the flow
+run), so a rerun works from any machine that can reach the Prefect API and needs no file of
+its own. It holds item inputs only: ids, titles, URLs - never a credential or token.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from prefect.artifacts import (
+    acreate_progress_artifact,
+    acreate_table_artifact,
+    aupdate_progress_artifact,
+)
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
+from prefect.client.schemas.sorting import ArtifactSort
+from prefect.events import emit_event
+
+from tasks.outcomes import ItemResult, Outcome, RunSummary
+
+#: key prefix of the artifact that lists a run's failed items with their rerun inputs
+FAILED_ITEMS_PREFIX = "failed-items-"
+#: the event a run with failed items emits (automations hang reruns on it)
+FAILED_ITEMS_EVENT = "compliance.write-run.failed-items"
+#: most rows of succeeded/skipped items shown in the results table (failures are always shown)
+MAX_OK_ROWS = 1000
+
+#: stable namespace for event ids, so a replayed run end is deduplicated by the server
+_EVENT_NAMESPACE = uuid.UUID("b7e0c1d2-5f4a-4b8e-9c3d-2a1f0e9d8c7b")
+
+
+def run_link(flow_run_id: str) -> str:
+    """A link to a flow run, relative to the Prefect UI (works in markdown cells)."""
+    return f"[{flow_run_id}](/runs/flow-run/{flow_run_id})"
+
+
+def rerun_hint(flow_run_id: str) -> str:
+    return (
+        f"Rerun the failed items with `python -m flows.rerun {flow_run_id}` or the "
+        f"'Rerun failed items' deployment (flow_run_id={flow_run_id})."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Results table
+# --------------------------------------------------------------------------------------------
+
+
+def result_rows(results: Sequence[ItemResult]) -> tuple[list[dict[str, str]], int]:
+    """Rows for the table: every failure, then other items up to ``MAX_OK_ROWS``."""
+    failures = [r for r in results if r.outcome.is_failure]
+    others = [r for r in results if not r.outcome.is_failure]
+    shown = failures + others[:MAX_OK_ROWS]
+    rows = [
+        {
+            "item": r.item,
+            "outcome": r.outcome.value,
+            "reason": r.reason,
+            "response": r.response,
+        }
+        for r in shown
+    ]
+    return rows, len(results) - len(shown)
+
+
+async def publish_results_table(
+    flow_key: str, summary: RunSummary, results: Sequence[ItemResult]
+) -> None:
+    rows, hidden = result_rows(results)
+    lines = [f"**{summary.headline()}**"]
+    if summary.duplicates_removed:
+        lines.append(
+            f"{len(summary.duplicates_removed)} duplicate(s) removed: "
+            + ", ".join(summary.duplicates_removed[:20])
+            + (" ..." if len(summary.duplicates_removed) > 20 else "")
+        )
+    if summary.rerun_of:
+        lines.append(f"Rerun (attempt {summary.attempt}) of {run_link(summary.rerun_of)}.")
+    if hidden:
+        lines.append(f"{hidden} succeeded/skipped row(s) not shown.")
+    if summary.failed and summary.flow_run_id:
+        lines.append(rerun_hint(summary.flow_run_id))
+    await acreate_table_artifact(
+        rows or [{"item": "", "outcome": "", "reason": "no items", "response": ""}],
+        key=f"{flow_key}-results",
+        description="\n\n".join(lines),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A progress artifact, updated as units of work finish (at most every ``interval`` s)."""
+
+    def __init__(self, flow_key: str, total_units: int, *, interval: float = 1.0) -> None:
+        self.flow_key = flow_key
+        self.total = max(total_units, 1)
+        self.done = 0
+        self.interval = interval
+        self._artifact_id: uuid.UUID | None = None
+        self._last_update = 0.0
+
+    async def start(self) -> None:
+        self._artifact_id = await acreate_progress_artifact(
+            0.0, key=f"{self.flow_key}-progress", description=self._describe()
+        )
+        self._last_update = time.monotonic()
+
+    async def advance(self, units: int = 1) -> None:
+        self.done += units
+        now = time.monotonic()
+        if self.done >= self.total or now - self._last_update >= self.interval:
+            self._last_update = now
+            await self._update()
+
+    async def finish(self) -> None:
+        self.done = self.total
+        await self._update()
+
+    async def _update(self) -> None:
+        if self._artifact_id is None:
+            return
+        await aupdate_progress_artifact(
+            self._artifact_id, 100.0 * self.done / self.total, description=self._describe()
+        )
+
+    def _describe(self) -> str:
+        return f"{min(self.done, self.total)} of {self.total} call(s) done"
+
+
+# --------------------------------------------------------------------------------------------
+# Failed items: persisted for reruns
+# --------------------------------------------------------------------------------------------
+
+
+async def publish_failed_items(flow_key: str, summary: RunSummary) -> None:
+    """Record the failed items with the input that reruns them (an empty table if none).
+
+    Always written, so "no failed items" is a positive record of a finished run, unlike a run
+    that crashed before reporting.
+    """
+    rows = [
+        {
+            "item": r.item,
+            "outcome": r.outcome.value,
+            "reason": r.reason,
+            "rerun_input": json.dumps(r.rerun_input, sort_keys=True),
+            "attempt": summary.attempt,
+        }
+        for r in summary.failed_items
+        if r.rerun_input is not None
+    ]
+    description = f"{len(rows)} failed item(s) of this run, with the input a rerun sends." + (
+        f" {rerun_hint(summary.flow_run_id)}" if rows and summary.flow_run_id else ""
+    )
+    await acreate_table_artifact(
+        rows or {"item": [], "outcome": [], "reason": [], "rerun_input": [], "attempt": []},
+        key=f"{FAILED_ITEMS_PREFIX}{flow_key}",
+        description=description,
+    )
+
+
+class FailedItemsRecord:
+    """What a finished write run recorded about its failed items."""
+
+    def __init__(self, flow_key: str, rows: list[dict[str, Any]]) -> None:
+        self.flow_key = flow_key
+        self.rows = rows
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        return [json.loads(row["rerun_input"]) for row in self.rows]
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        return [Outcome(row["outcome"]) for row in self.rows]
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt the recorded run was (the original run is attempt 1)."""
+        return int(self.rows[0].get("attempt") or 1) if self.rows else 1
+
+
+async def read_failed_items(flow_run_id: str) -> FailedItemsRecord | None:
+    """The failed-items record of a flow run, or None if the run never wrote one."""
+    async with get_client() as client:
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[uuid.UUID(flow_run_id)]),
+                key=ArtifactFilterKey(like_=f"{FAILED_ITEMS_PREFIX}%"),
+            ),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
+        )
+    if not artifacts:
+        return None
+    artifact = artifacts[0]
+    assert artifact.key is not None
+    data = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+    rows = _rows(data)
+    return FailedItemsRecord(artifact.key.removeprefix(FAILED_ITEMS_PREFIX), rows)
+
+
+def _rows(data: Any) -> list[dict[str, Any]]:
+    """Table artifacts are stored as a list of rows or as a dict of columns."""
+    if isinstance(data, list):
+        return [dict(row) for row in data]
+    if isinstance(data, dict):
+        columns = list(data)
+        length = len(data[columns[0]]) if columns else 0
+        return [{name: data[name][i] for name in columns} for i in range(length)]
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# Event
+# --------------------------------------------------------------------------------------------
+
+
+def emit_failed_items_event(flow_key: str, summary: RunSummary) -> None:
+    """Tell automations that this run left failed items (e.g. to schedule a capped rerun)."""
+    if not summary.failed or summary.flow_run_id is None:
+        return
+    by_outcome = {
+        outcome.value: n for outcome, n in summary.counts.items() if outcome.is_failure and n
+    }
+    emit_event(
+        event=FAILED_ITEMS_EVENT,
+        resource={
+            "prefect.resource.id": f"prefect.flow-run.{summary.flow_run_id}",
+            "prefect.resource.role": "flow-run",
+            "compliance.write-flow": flow_key,
+        },
+        payload={
+            "flow": flow_key,
+            "flow_run_id": summary.flow_run_id,
+            "failed": summary.failed,
+            "failed_by_outcome": by_outcome,
+            "total": summary.total,
+            "attempt": summary.attempt,
+            "rerun_of": summary.rerun_of,
+        },
+        id=uuid.uuid5(_EVENT_NAMESPACE, f"{FAILED_ITEMS_EVENT}:{summary.flow_run_id}"),
+    )

@@ -1,0 +1,134 @@
+"""Reading and validating input files and parameters (no server needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compliance_api.errors import InputError
+from flows.account_tags import read_account_items
+from flows.document_links import read_link_items
+from flows.group_membership import read_membership_items
+from flows.promote_vendors import read_vendor_items
+from flows.questionnaires import read_route_items
+
+
+def write(tmp_path: Path, name: str, content: str | bytes) -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return str(path)
+
+
+def test_csv_with_bom_is_read_and_duplicates_are_reported(tmp_path: Path) -> None:
+    path = write(tmp_path, "v.csv", "\ufeffdiscovered_vendor_id\nv-1\nv-2\n\nv-1\n")
+    parsed = read_vendor_items(None, path)
+    assert [i.discovered_vendor_id for i in parsed.items] == ["v-1", "v-2"]
+    assert parsed.duplicates == ["v-1"]
+
+
+def test_inline_and_file_are_combined(tmp_path: Path) -> None:
+    path = write(tmp_path, "v.json", '["v-2", {"discovered_vendor_id": "v-3"}]')
+    parsed = read_vendor_items(["v-1", "v-2"], path)
+    assert [i.discovered_vendor_id for i in parsed.items] == ["v-1", "v-2", "v-3"]
+    assert parsed.duplicates == ["v-2"]
+
+
+def test_bad_encoding_is_a_clear_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "v.csv", "discovered_vendor_id\nv-\xe9\n".encode("latin-1"))
+    with pytest.raises(InputError, match="is not UTF-8 text"):
+        read_vendor_items(None, path)
+
+
+def test_missing_column_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, "links.csv", "document_id,url\nd-1,https://x.test/a\n")
+    with pytest.raises(InputError, match="has no column 'title'"):
+        read_link_items(None, path)
+
+
+def test_unknown_column_is_an_error_not_ignored(tmp_path: Path) -> None:
+    path = write(tmp_path, "v.csv", "discovered_vendor_id,colour\nv-1,red\n")
+    with pytest.raises(InputError, match="unknown column.*'colour'"):
+        read_vendor_items(None, path)
+
+
+def test_error_names_item_field_and_value(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", "person_id,group_id\np-1,g-1\np 2,g-1\n")
+    with pytest.raises(InputError) as caught:
+        read_membership_items(None, None, path)
+    error = caught.value
+    assert error.item is not None and error.item.startswith("row 3")
+    assert error.field == "person_id"
+    assert error.value == "p 2"
+
+
+def test_conflicting_duplicates_are_an_error() -> None:
+    links = [
+        {"document_id": "d-1", "url": "https://x.test/a", "title": "A"},
+        {"document_id": "d-1", "url": "https://x.test/a", "title": "B"},
+    ]
+    with pytest.raises(InputError, match="appears twice with different values"):
+        read_link_items(links, None)
+
+
+def test_bad_url_and_missing_title_are_input_errors() -> None:
+    with pytest.raises(InputError) as caught:
+        read_link_items([{"document_id": "d-1", "url": "ftp://x.test/a", "title": "A"}], None)
+    assert caught.value.field == "url" and caught.value.item == "links[0] (document_id=d-1)"
+    with pytest.raises(InputError, match="title"):
+        read_link_items([{"document_id": "d-1", "url": "https://x.test/a"}], None)
+
+
+def test_nothing_given_is_an_error() -> None:
+    with pytest.raises(InputError, match="no items"):
+        read_vendor_items(None, None)
+    with pytest.raises(InputError, match="group_ids"):
+        read_membership_items(None, ["p-1"], None)
+
+
+def test_people_file_without_group_needs_group_ids(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", "person_id\np-1\np-2\n")
+    parsed = read_membership_items(["g-1", "g-2"], None, path)
+    assert len(parsed.items) == 4
+    with pytest.raises(InputError, match="group_id"):
+        read_membership_items(None, None, path)
+
+
+def test_account_rows_fold_per_account_and_need_explicit_clear(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "a.csv",
+        "account_id,category_id,tag_ids,custom_field:Region\n"
+        "a-1,c-1,t-1;t-2,EU\na-1,c-2,NONE,EU\na-1,c-1,t-1;t-2,EU\na-2,c-1,t-3,\n",
+    )
+    parsed = read_account_items(None, path)
+    first, second = parsed.items
+    assert first.tags == {"c-1": ["t-1", "t-2"], "c-2": []}
+    assert first.custom_fields == {"Region": "EU"}
+    assert second.tags == {"c-1": ["t-3"]}
+    assert len(parsed.duplicates) == 1
+    empty = write(tmp_path, "b.csv", "account_id,category_id,tag_ids\na-1,c-1,\n")
+    with pytest.raises(InputError, match="write NONE"):
+        read_account_items(None, empty)
+
+
+def test_route_rejects_status_a_client_cannot_set() -> None:
+    with pytest.raises(InputError) as caught:
+        read_route_items(["q-1"], None, {"route": ["IN_REVIEW", "APPROVED"]})
+    assert caught.value.field == "route"
+    assert "approve step" in str(caught.value)
+
+
+def test_route_file_rows_fall_back_to_run_parameters(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "q.csv",
+        "questionnaire_id,route,approve\nq-1,,\nq-2,IN_PROGRESS;IN_REVIEW,false\n",
+    )
+    parsed = read_route_items(None, path, {"route": ["IN_REVIEW"], "approve": True})
+    first, second = parsed.items
+    assert first.route == ["IN_REVIEW"] and first.approve is True
+    assert second.route == ["IN_PROGRESS", "IN_REVIEW"] and second.approve is False

@@ -1,0 +1,94 @@
+"""The rerun flow's own rules, the CLI, the failure event, and secrets in what runs leave."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from compliance_api.errors import InputError
+from flows import rerun as rerun_module
+from flows.promote_vendors import promote_discovered_vendors
+from flows.rerun import rerun_failed_items
+from sandbox.runner import SandboxHandle
+from tasks import reporting
+from tasks.connection import shared_broker
+from tests.flows.conftest import artifacts_of, results_table, run_flow, run_id
+
+ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
+
+
+async def test_rejects_bad_ids_unknown_runs_and_too_many_attempts(
+    flows_env: SandboxHandle,
+) -> None:
+    for flow_run_id, message in [
+        ("nope", "not a flow run id"),
+        (str(uuid.uuid4()), "no such flow run"),
+    ]:
+        state = await rerun_failed_items(flow_run_id=flow_run_id, return_state=True)
+        with pytest.raises(InputError, match=message):
+            await state.result()
+    first, _ = await run_flow(promote_discovered_vendors, discovered_vendor_ids=["missing"])
+    second, summary = await run_flow(rerun_failed_items, flow_run_id=run_id(first))
+    assert summary.attempt == 2
+    third = await rerun_failed_items(flow_run_id=run_id(second), max_attempts=2, return_state=True)
+    with pytest.raises(InputError, match="exceeds max_attempts=2"):
+        await third.result()
+    assert flows_env.control.stats()["route_counts"][ROUTE] == 2
+
+
+async def test_dry_run_leaves_nothing_to_rerun(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    state, _ = await run_flow(promote_discovered_vendors, discovered_vendor_ids=["x"], dry_run=True)
+    rerun = await rerun_failed_items(flow_run_id=run_id(state), return_state=True)
+    with pytest.raises(InputError, match="left no failed-items record"):
+        await rerun.result()
+
+
+async def test_rerun_links_to_the_original_and_event_names_the_failures(
+    flows_env: SandboxHandle, seed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(reporting, "emit_event", lambda **kw: events.append(kw))
+    ids = [seed["discovered_vendors"][0], "missing-vendor"]
+    first, _ = await run_flow(promote_discovered_vendors, discovered_vendor_ids=ids)
+    (event,) = events
+    assert event["event"] == "compliance.write-run.failed-items"
+    assert event["resource"]["prefect.resource.id"] == f"prefect.flow-run.{run_id(first)}"
+    assert event["payload"]["failed"] == 1 and event["payload"]["attempt"] == 1
+    second, summary = await run_flow(rerun_failed_items, flow_run_id=run_id(first))
+    assert summary.rerun_of == run_id(first) and summary.total == 1
+    _, description = await results_table(run_id(second))
+    assert f"/runs/flow-run/{run_id(first)}" in description
+    assert events[-1]["payload"]["attempt"] == 2
+    assert flows_env.control.stats()["write_counts"]["add_to_managed"] == {ids[0]: 1}
+
+
+async def test_cli_exit_codes(
+    flows_env: SandboxHandle, seed: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok_run, _ = await run_flow(promote_discovered_vendors, discovered_vendor_ids=["missing"])
+    # the CLI runs its own event loop: call it from a worker thread
+    import anyio
+
+    code = await anyio.to_thread.run_sync(rerun_module.main, [run_id(ok_run)])
+    assert code == 1 and "python -m flows.rerun" in capsys.readouterr().out
+    code = await anyio.to_thread.run_sync(rerun_module.main, ["not-a-uuid"])
+    assert code == 2
+
+
+async def test_no_secret_in_results_artifacts_or_state(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    state, summary = await run_flow(
+        promote_discovered_vendors, discovered_vendor_ids=[seed["discovered_vendors"][0], "gone"]
+    )
+    token = (await shared_broker().get_token()).value.get_secret_value()
+    secret = "demo-manage-secret-not-real"
+    texts = [summary.model_dump_json(), state.message or ""]
+    for artifact in await artifacts_of(run_id(state)):
+        texts += [str(artifact.data), artifact.description or ""]
+    for text in texts:
+        assert secret not in text and token not in text
