@@ -1,0 +1,156 @@
+"""Child processes that can always be stopped: own process group, whole tree, bounded waits.
+
+A Prefect worker starts each flow run in a process group of its own, so signalling the worker's
+group is not enough: the tree below a child is recorded before it is signalled, and whatever is
+still alive after the grace period is killed. On Linux each child also gets SIGTERM if this
+process dies without cleaning up (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+#: seconds a child gets to exit after SIGTERM (the worker cancels its flow runs in that time)
+GRACE_SECONDS = 10.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ChildProcess:
+    """One long-running child (server, worker, sandbox) with its output in a log file."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        log_path: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.command = list(command)
+        self.log_path = log_path
+        self._log: IO[bytes] | None = None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            self.command,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log if self._log is not None else None,
+            stderr=subprocess.STDOUT if self._log is not None else None,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads touch the fork window
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def describe_exit(self) -> str:
+        tail = f"; see {self.log_path}" if self.log_path else ""
+        return f"{self.name} exited with code {self.process.returncode}{tail}"
+
+    def tree(self) -> list[psutil.Process]:
+        """The child and every process below it (flow runs included)."""
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, grace_seconds: float = GRACE_SECONDS) -> None:
+        """SIGTERM to the child's group, wait, then SIGKILL whatever of its tree is left."""
+        tree = self.tree()
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGTERM)
+        _, alive = psutil.wait_procs(tree, timeout=grace_seconds)
+        for process in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(alive, timeout=5)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def run_to_completion(
+    name: str,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    log_path: Path,
+    timeout: float,
+) -> str:
+    """Run a one-shot command (bootstrap, deploy); its output goes to ``log_path`` and back.
+
+    Raises ``RuntimeError`` with the output's tail if it fails or takes longer than ``timeout``.
+    """
+    child = ChildProcess(name, command, env=env, cwd=cwd, log_path=log_path)
+    start = log_path.stat().st_size if log_path.exists() else 0
+    try:
+        code = child.process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.stop(grace_seconds=2)
+        raise RuntimeError(f"{name} took longer than {timeout:.0f}s; see {log_path}") from None
+    child.stop(grace_seconds=0)
+    output = _read_from(log_path, start)
+    if code != 0:
+        tail = "\n".join(output.splitlines()[-30:])
+        raise RuntimeError(f"{name} failed (exit code {code}):\n{tail}")
+    return output
+
+
+def _read_from(path: Path, offset: int) -> str:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read().decode("utf-8", errors="replace")
+
+
+def wait_until(
+    what: str,
+    ready: Callable[[], bool],
+    *,
+    timeout: float,
+    watch: Sequence[ChildProcess] = (),
+    interval: float = 0.25,
+) -> None:
+    """Poll ``ready`` until true; fail early if a watched child died, or after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for child in watch:
+            if not child.alive():
+                raise RuntimeError(f"{child.describe_exit()} while waiting for {what}")
+        if ready():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+        time.sleep(interval)

@@ -1,0 +1,144 @@
+"""The Prefect server resources that ``prefect.yaml`` relies on, created by bootstrap.
+
+Each ``ensure_*`` function is idempotent and returns one line saying what it did, so
+``deployments/bootstrap.py`` can list it as a step. Operators' changes are kept: a variable
+that already exists is never overwritten (except a project directory that does not exist on
+this machine), and an existing work pool is only checked for its type.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.exceptions import ObjectNotFound
+from prefect.variables import Variable
+from prefect.workers.process import ProcessWorker
+
+from compliance_api.errors import ConfigurationError
+from compliance_api.settings import Settings
+
+WORK_POOL_NAME = "compliance-process"
+WORK_POOL_TYPE = "process"
+
+#: the checkout that holds prefect.yaml and flows/ (this file is deployments/resources.py)
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+PROJECT_DIR_VARIABLE = "compliance_project_dir"
+RERUN_DELAY_VARIABLE = "compliance_rerun_delay_seconds"
+RERUN_MAX_ATTEMPTS_VARIABLE = "compliance_rerun_max_attempts"
+EXPORT_DIR_VARIABLE = "compliance_event_log_export_dir"
+
+#: a transient outage usually clears within minutes; a rerun sooner would mostly fail again
+DEFAULT_RERUN_DELAY_SECONDS = 120
+#: attempts in total, the original run included: two automatic reruns, then an operator
+DEFAULT_RERUN_MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class VariableDefault:
+    name: str
+    value: str | int
+    purpose: str
+
+
+def state_dir() -> Path:
+    """COMPLIANCE_STATE_DIR, read without needing credentials (bootstrap has none)."""
+    configured = os.environ.get("COMPLIANCE_STATE_DIR")
+    default = Settings.model_fields["state_dir"].default
+    return Path(configured).expanduser() if configured else Path(default)
+
+
+def variable_defaults() -> list[VariableDefault]:
+    return [
+        VariableDefault(
+            RERUN_DELAY_VARIABLE,
+            DEFAULT_RERUN_DELAY_SECONDS,
+            "seconds between a write run with failed items and its automatic rerun",
+        ),
+        VariableDefault(
+            RERUN_MAX_ATTEMPTS_VARIABLE,
+            DEFAULT_RERUN_MAX_ATTEMPTS,
+            "attempts in total (original run included) before failures wait for an operator",
+        ),
+        VariableDefault(
+            EXPORT_DIR_VARIABLE,
+            str(state_dir() / "event-log-export"),
+            "where the daily audit-log export writes its JSON Lines files",
+        ),
+    ]
+
+
+async def ensure_work_pool(name: str = WORK_POOL_NAME) -> str:
+    """The process work pool every deployment in prefect.yaml runs on."""
+    async with get_client() as client:
+        try:
+            pool = await client.read_work_pool(name)
+        except ObjectNotFound:
+            pool = None
+        if pool is not None:
+            if pool.type != WORK_POOL_TYPE:
+                raise ConfigurationError(
+                    f"work pool {name!r} exists with type {pool.type!r}; prefect.yaml needs a "
+                    f"{WORK_POOL_TYPE!r} pool: delete it or rename the pool in prefect.yaml"
+                )
+            return f"kept work pool {name!r} (type {pool.type})"
+        await client.create_work_pool(
+            WorkPoolCreate(
+                name=name,
+                type=WORK_POOL_TYPE,
+                description="compliance-flows: flow runs as local processes of each worker",
+                base_job_template=ProcessWorker.get_default_base_job_template(),
+            )
+        )
+    return f"created work pool {name!r} (type {WORK_POOL_TYPE})"
+
+
+def _is_directory(value: object) -> bool:
+    return isinstance(value, str) and Path(value).is_dir()
+
+
+async def ensure_project_dir_variable(project_dir: Path = PROJECT_DIR) -> str:
+    """Where workers find the flow code (prefect.yaml's pull step reads it for every run).
+
+    Kept if it names a directory that exists here (an operator may point it elsewhere);
+    replaced if it names none, e.g. after the checkout moved.
+    """
+    current = await Variable.aget(PROJECT_DIR_VARIABLE, default=None)
+    if _is_directory(current):
+        note = "" if Path(current) == project_dir else f" (this checkout is {project_dir})"
+        return f"kept variable {PROJECT_DIR_VARIABLE}={current}{note}"
+    await Variable.aset(PROJECT_DIR_VARIABLE, str(project_dir), overwrite=True)
+    verb = "created" if current is None else f"replaced missing directory {current!r} with"
+    return f"{verb} variable {PROJECT_DIR_VARIABLE}={project_dir}"
+
+
+async def ensure_default_variables() -> str:
+    """Settings that prefect.yaml reads at deploy time; existing values are left alone."""
+    created: list[str] = []
+    kept: list[str] = []
+    for default in variable_defaults():
+        current = await Variable.aget(default.name, default=None)
+        if current is None:
+            await Variable.aset(default.name, default.value)
+            created.append(f"{default.name}={default.value}")
+        else:
+            kept.append(f"{default.name}={current}")
+    parts = []
+    if created:
+        parts.append("created variables " + ", ".join(created))
+    if kept:
+        parts.append("kept variables " + ", ".join(kept))
+    return "; ".join(parts)
+
+
+async def ensure_audit_log_locks() -> str:
+    """The one-slot limits that keep two bridge (or export) runs from overlapping."""
+    from flows.event_bridge import DEFAULT_LOCK as BRIDGE_LOCK
+    from flows.event_log_export import DEFAULT_LOCK as EXPORT_LOCK
+    from tasks.checkpoints import ensure_run_lock
+
+    return "; ".join([await ensure_run_lock(BRIDGE_LOCK), await ensure_run_lock(EXPORT_LOCK)])

@@ -1,0 +1,131 @@
+"""``make serve`` (``python -m deployments.serve``): the whole system on this machine until Ctrl-C.
+
+Starts the sandbox, a Prefect server (SQLite), runs bootstrap and ``prefect deploy --all``,
+starts a worker, prints where everything is, and on Ctrl-C (or SIGTERM) stops all of it,
+flow runs included. ``--no-sandbox`` runs against the service your COMPLIANCE_* variables
+describe instead (see /work/notes/README-operations.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from deployments.resources import WORK_POOL_NAME
+from deployments.stack import (
+    DEFAULT_PREFECT_PORT,
+    DEFAULT_SANDBOX_PORT,
+    DEFAULT_STATE_DIR,
+    LocalStack,
+    StackOptions,
+)
+
+
+class Stop(Exception):
+    """SIGTERM, turned into an exception so the same cleanup runs as for Ctrl-C."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise Stop(signal.Signals(signum).name)
+
+
+def parse_args(argv: list[str] | None = None) -> StackOptions:
+    parser = argparse.ArgumentParser(
+        prog="python -m deployments.serve",
+        description="Sandbox + Prefect server + deployments + worker, until Ctrl-C.",
+    )
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument("--prefect-port", type=int, default=DEFAULT_PREFECT_PORT)
+    parser.add_argument("--sandbox-port", type=int, default=DEFAULT_SANDBOX_PORT)
+    parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="use the service configured by COMPLIANCE_* variables instead of the sandbox",
+    )
+    parser.add_argument("--poll-seconds", type=float, default=5.0, help="worker poll interval")
+    parser.add_argument(
+        "--quiet-worker", action="store_true", help="worker output to the log file only"
+    )
+    args = parser.parse_args(argv)
+    return StackOptions(
+        state_dir=args.state_dir,
+        prefect_port=args.prefect_port,
+        sandbox_port=args.sandbox_port,
+        use_sandbox=not args.no_sandbox,
+        worker_poll_seconds=args.poll_seconds,
+        worker_output_to_terminal=not args.quiet_worker,
+    )
+
+
+def banner(stack: LocalStack, seconds: float) -> str:
+    deployments = stack.deploy_output.count("successfully created")
+    lines = [
+        "",
+        f"compliance-flows is up ({seconds:.0f}s: "
+        + ", ".join(f"{name} {took:.0f}s" for name, took in stack.timings.items())
+        + ")",
+        f"  Prefect UI:    {stack.ui_url}",
+        f"  Prefect API:   {stack.api_url}",
+    ]
+    if stack.options.use_sandbox:
+        lines.append(f"  Sandbox:       {stack.sandbox_url}  (gov tier {stack.sandbox_gov_url})")
+    else:
+        lines.append("  Service:       from your COMPLIANCE_* settings")
+    lines += [
+        f"  Deployments:   {deployments} on work pool {WORK_POOL_NAME!r}, one worker",
+        f"  State, logs:   {stack.state_dir}  (logs/ has each process's output)",
+        "",
+        "  Use the CLI against this server:",
+        f"    export PREFECT_API_URL={stack.api_url}",
+        "    prefect deployment ls",
+    ]
+    if stack.options.use_sandbox:
+        lines += [
+            "  Make the sandbox discover a vendor (the bridge picks it up within 3 minutes):",
+            f"    curl -s -X POST {stack.sandbox_url}/_sandbox/events "
+            "-H 'content-type: application/json' -d '{\"kind\": \"vendor_discovered\"}'",
+        ]
+    lines += ["", "Press Ctrl-C to stop everything.", ""]
+    return "\n".join(lines)
+
+
+def serve(options: StackOptions) -> int:
+    signal.signal(signal.SIGTERM, _raise_stop)
+    stack = LocalStack(options)
+    started = time.monotonic()
+    print(f"Starting the local stack in {stack.state_dir} ...", flush=True)
+    try:
+        stack.start()
+        for line in stack.bootstrap_output.splitlines():
+            print(f"  bootstrap: {line}", flush=True)
+        print(banner(stack, time.monotonic() - started), flush=True)
+        while True:
+            failed = stack.failed_children()
+            if failed:
+                print(f"Stopping: {failed[0].describe_exit()}", file=sys.stderr, flush=True)
+                return 1
+            time.sleep(1.0)
+    except (KeyboardInterrupt, Stop):
+        print("\nStopping the worker, the Prefect server and the sandbox ...", flush=True)
+        return 0
+    except (RuntimeError, TimeoutError) as error:
+        print(f"Could not start the stack: {error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        # a second Ctrl-C must not interrupt the cleanup and leave orphans behind
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stack.stop()
+        print("Stopped.", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(serve(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""The local stack: sandbox, Prefect server (SQLite), bootstrap, deployments and a worker.
+
+``make serve`` runs it until Ctrl-C; the end-to-end test starts the same stack. Everything
+lives in one state directory (default ``.compliance-flows/`` in the checkout): the Prefect
+database, the token store, the token encryption key (a 0600 file, never printed) and the logs.
+
+Secrets reach flow runs only through the worker's environment, which the process worker hands
+to every flow run it starts; nothing secret is written to the Prefect database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import httpx
+from cryptography.fernet import Fernet
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
+
+from deployments.processes import ChildProcess, run_to_completion, wait_until
+from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
+
+DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
+DEFAULT_PREFECT_PORT = 4200
+DEFAULT_SANDBOX_PORT = 8700
+HOST = "127.0.0.1"
+
+#: the sandbox's demo application with every entitlement (fake credentials, built in)
+DEMO_CLIENT_ID = "demo-manage"
+DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"  # noqa: S105 - the sandbox's public demo app
+
+KEY_FILE_NAME = "token-encryption.key"
+WORKER_NAME = "local-worker"
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """Free to listen on (servers set SO_REUSEADDR too, so TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def preferred_port(port: int | None) -> int:
+    """``port`` if it is free, otherwise any free port (``None``: any free port)."""
+    if port is not None and port_is_free(port):
+        return port
+    return free_port()
+
+
+def _busy(error: BaseException) -> bool:
+    return isinstance(error, httpx.HTTPStatusError) and error.response.status_code == 503
+
+
+def encryption_key(state_dir: Path) -> str:
+    """The Fernet key that encrypts stored tokens: created once, in a file only we can read."""
+    path = state_dir / KEY_FILE_NAME
+    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        os.chmod(path, 0o600)
+        return path.read_text().strip()
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(Fernet.generate_key().decode())
+    return path.read_text().strip()
+
+
+@dataclass
+class StackOptions:
+    state_dir: Path = DEFAULT_STATE_DIR
+    #: None: any free port; a number: that port if free, else any free port
+    prefect_port: int | None = DEFAULT_PREFECT_PORT
+    sandbox_port: int | None = DEFAULT_SANDBOX_PORT
+    #: False: talk to the service configured by the COMPLIANCE_* variables instead
+    use_sandbox: bool = True
+    ui: bool = True
+    #: how often the worker asks for runs to start
+    worker_poll_seconds: float = 5.0
+    #: the worker's output: into a log file (default) or on this terminal
+    worker_output_to_terminal: bool = False
+    #: extra environment for the worker (and so for every flow run)
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    #: Prefect variables to set before `prefect deploy` (e.g. a short rerun delay for tests)
+    variables: Mapping[str, object] = field(default_factory=dict)
+    startup_timeout: float = 120.0
+
+
+class LocalStack:
+    """Start with ``start()`` (or ``with LocalStack(options) as stack:``); ``stop()`` always
+    stops every child and everything below it."""
+
+    def __init__(self, options: StackOptions | None = None) -> None:
+        self.options = options or StackOptions()
+        self.state_dir = self.options.state_dir.resolve()
+        self.logs_dir = self.state_dir / "logs"
+        self.prefect_port = 0
+        self.sandbox_port = 0
+        self.sandbox_gov_port = 0
+        self.children: list[ChildProcess] = []
+        self.timings: dict[str, float] = {}
+        self.deploy_output = ""
+        self.bootstrap_output = ""
+
+    # ----------------------------------------------------------------------------- addresses
+    @property
+    def api_url(self) -> str:
+        return f"http://{HOST}:{self.prefect_port}/api"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{HOST}:{self.prefect_port}"
+
+    @property
+    def sandbox_url(self) -> str:
+        return f"http://{HOST}:{self.sandbox_port}"
+
+    @property
+    def sandbox_gov_url(self) -> str:
+        return f"http://{HOST}:{self.sandbox_gov_port}"
+
+    @property
+    def database_path(self) -> Path:
+        return self.state_dir / "prefect" / "prefect.db"
+
+    # ----------------------------------------------------------------------------- environments
+    def prefect_env(self) -> dict[str, str]:
+        """Every child talks to this stack's Prefect server, never to a profile's."""
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith("PREFECT_") and not name.startswith("COMPLIANCE_")
+        }
+        env.update(
+            {
+                "PREFECT_HOME": str(self.state_dir / "prefect"),
+                "PREFECT_API_URL": self.api_url,
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                "PREFECT_CLI_PROMPT": "false",
+                "PREFECT_LOGGING_LEVEL": os.environ.get("PREFECT_LOGGING_LEVEL", "INFO"),
+                "COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        return env
+
+    def service_env(self) -> dict[str, str]:
+        """The COMPLIANCE_* settings of flow runs: the sandbox's demo app, or the caller's."""
+        if not self.options.use_sandbox:
+            return {
+                name: value for name, value in os.environ.items() if name.startswith("COMPLIANCE_")
+            } | {"COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance")}
+        return {
+            "COMPLIANCE_BASE_URL": self.sandbox_url,
+            "COMPLIANCE_GOV_BASE_URL": self.sandbox_gov_url,
+            "COMPLIANCE_CLIENT_ID": DEMO_CLIENT_ID,
+            "COMPLIANCE_CLIENT_SECRET": DEMO_CLIENT_SECRET,
+            "COMPLIANCE_APPLICATION_TYPE": "manage",
+            "COMPLIANCE_TOKEN_ENCRYPTION_KEY": encryption_key(self.state_dir),
+            "COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance"),
+        }
+
+    def worker_env(self) -> dict[str, str]:
+        env = self.prefect_env() | self.service_env()
+        env["PREFECT_WORKER_QUERY_SECONDS"] = f"{self.options.worker_poll_seconds:g}"
+        env.update(self.options.worker_env)
+        return env
+
+    # ----------------------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Bring everything up; on any failure, stop what was started and raise.
+
+        Slow starts overlap: the sandbox with the server, the worker with ``prefect deploy``.
+        """
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self._timed("sandbox + prefect server", self.start_servers)
+            self._timed("bootstrap", self.bootstrap)
+            worker = self.launch_worker()
+            self._timed("deploy", self.deploy)
+            self._timed("worker", lambda: self.wait_for_worker(worker))
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Worker first (it cancels its flow runs), then the server, then the sandbox."""
+        while self.children:
+            self.children.pop().stop()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _timed(self, name: str, step: Callable[[], object]) -> None:
+        begin = time.monotonic()
+        step()
+        self.timings[name] = time.monotonic() - begin
+
+    def _python(self, *args: str) -> list[str]:
+        return [sys.executable, *args]
+
+    def start_servers(self) -> None:
+        waits = [self.launch_sandbox(), self.launch_prefect_server()]
+        for wait in waits:
+            wait()
+
+    def launch_sandbox(self) -> Callable[[], None]:
+        if not self.options.use_sandbox:
+            return lambda: None
+        self.sandbox_port = preferred_port(self.options.sandbox_port)
+        gov = self.sandbox_port + 1
+        self.sandbox_gov_port = gov if port_is_free(gov) else free_port()
+        child = ChildProcess(
+            "sandbox",
+            self._python(
+                "-m",
+                "sandbox",
+                "--host",
+                HOST,
+                "--port",
+                str(self.sandbox_port),
+                "--gov-port",
+                str(self.sandbox_gov_port),
+                "--log-level",
+                "warning",
+            ),
+            env=self.prefect_env(),
+            cwd=PROJECT_DIR,
+            log_path=self.logs_dir / "sandbox.log",
+        )
+        self.children.append(child)
+        return lambda: wait_until(
+            "the sandbox",
+            lambda: _http_ok(f"{self.sandbox_url}/_sandbox/health"),
+            timeout=self.options.startup_timeout,
+            watch=[child],
+        )
+
+    def launch_prefect_server(self) -> Callable[[], None]:
+        self.prefect_port = preferred_port(self.options.prefect_port)
+        env = self.prefect_env()
+        env["PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED"] = "true"
+        env["PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED"] = "true"
+        env["PREFECT_UI_API_URL"] = self.api_url
+        child = ChildProcess(
+            "prefect server",
+            self._python(
+                "-m",
+                "prefect",
+                "server",
+                "start",
+                "--host",
+                HOST,
+                "--port",
+                str(self.prefect_port),
+                "--ui" if self.options.ui else "--no-ui",
+                "--analytics-off",
+            ),
+            env=env,
+            cwd=PROJECT_DIR,
+            log_path=self.logs_dir / "prefect-server.log",
+        )
+        self.children.append(child)
+        return lambda: wait_until(
+            "the Prefect server",
+            lambda: _http_ok(f"{self.api_url}/health"),
+            timeout=self.options.startup_timeout,
+            watch=[child],
+        )
+
+    def bootstrap(self) -> None:
+        self.bootstrap_output = run_to_completion(
+            "bootstrap",
+            self._python("-m", "deployments.bootstrap"),
+            env=self.prefect_env(),
+            cwd=PROJECT_DIR,
+            log_path=self.logs_dir / "bootstrap.log",
+            timeout=self.options.startup_timeout,
+        )
+        for name, value in self.options.variables.items():
+            self.set_variable(name, value)
+
+    def deploy(self) -> None:
+        """``prefect deploy --all`` from the checkout, exactly as an operator runs it."""
+        self.deploy_output = run_to_completion(
+            "prefect deploy --all",
+            self._python("-m", "prefect", "--no-prompt", "deploy", "--all"),
+            env=self.prefect_env(),
+            cwd=PROJECT_DIR,
+            log_path=self.logs_dir / "deploy.log",
+            timeout=self.options.startup_timeout * 2,
+        )
+
+    def launch_worker(self) -> ChildProcess:
+        log_path = None if self.options.worker_output_to_terminal else self.logs_dir / "worker.log"
+        child = ChildProcess(
+            "worker",
+            self._python(
+                "-m",
+                "prefect",
+                "worker",
+                "start",
+                "--pool",
+                WORK_POOL_NAME,
+                "--name",
+                WORKER_NAME,
+                "--type",
+                "process",
+            ),
+            env=self.worker_env(),
+            cwd=PROJECT_DIR,
+            log_path=log_path,
+        )
+        self.children.append(child)
+        return child
+
+    def wait_for_worker(self, worker: ChildProcess) -> None:
+        wait_until(
+            "the worker",
+            self.worker_online,
+            timeout=self.options.startup_timeout,
+            watch=[worker],
+            interval=0.5,
+        )
+
+    # ----------------------------------------------------------------------------- API helpers
+    def api(self) -> httpx.Client:
+        """A plain HTTP client of the Prefect API (use ``request`` for calls that must land)."""
+        return httpx.Client(base_url=self.api_url, timeout=30.0)
+
+    @retry(
+        retry=retry_if_exception(_busy),
+        wait=wait_random_exponential(multiplier=0.1, max=2.0),
+        stop=stop_after_delay(60),
+        reraise=True,
+    )
+    def request(self, method: str, path: str, json: object = None) -> httpx.Response:
+        """A Prefect API call, repeated while a SQLite-backed server answers 503 (busy)."""
+        with self.api() as client:
+            response = client.request(method, path, json=json)
+        response.raise_for_status()
+        return response
+
+    def worker_online(self) -> bool:
+        try:
+            with self.api() as client:
+                response = client.post(f"/work_pools/{WORK_POOL_NAME}/workers/filter", json={})
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200 and any(
+            worker.get("name") == WORKER_NAME and worker.get("status") == "ONLINE"
+            for worker in response.json()
+        )
+
+    def set_variable(self, name: str, value: object) -> None:
+        with self.api() as client:
+            exists = client.get(f"/variables/name/{name}").status_code == 200
+        if exists:
+            self.request("PATCH", f"/variables/name/{name}", {"value": value})
+        else:
+            self.request("POST", "/variables/", {"name": name, "value": value})
+
+    def failed_children(self) -> list[ChildProcess]:
+        return [child for child in self.children if not child.alive()]
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def local_stack(options: StackOptions | None = None) -> Iterator[LocalStack]:
+    with LocalStack(options) as stack:
+        yield stack

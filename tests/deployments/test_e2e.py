@@ -1,0 +1,205 @@
+"""End to end, as an operator runs it: the local stack of ``make serve`` (sandbox, a real
+``prefect server start``, bootstrap, ``prefect deploy --all`` of prefect.yaml, a process worker),
+then audit-log events in the sandbox that the bridge turns into Prefect events, which the
+triggers of prefect.yaml turn into flow runs.
+
+One stack for the module (it takes about a minute to start on a busy machine); every scenario
+is set up before the one bridge run, so their flow runs overlap instead of queueing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+import pytest
+
+from deployments.resources import RERUN_DELAY_VARIABLE, RERUN_MAX_ATTEMPTS_VARIABLE
+from deployments.stack import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, LocalStack, StackOptions
+from sandbox.control import SandboxControl
+
+pytestmark = pytest.mark.timeout(480)
+
+ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
+BRIDGE = "bridge-event-log/every-3-minutes"
+PROMOTE = "Promote discovered vendors/promote-discovered-vendors"
+ROUTE = "Route questionnaires to approval/route-questionnaires"
+RERUN = "Rerun failed items/rerun-failed-items"
+MAX_ATTEMPTS = 2
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    options = StackOptions(
+        state_dir=tmp_path_factory.mktemp("stack"),
+        prefect_port=None,
+        sandbox_port=None,
+        ui=False,
+        worker_poll_seconds=1.0,
+        variables={RERUN_DELAY_VARIABLE: 2, RERUN_MAX_ATTEMPTS_VARIABLE: MAX_ATTEMPTS},
+        startup_timeout=180.0,
+    )
+    with LocalStack(options) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def control(stack: LocalStack) -> Iterator[SandboxControl]:
+    client = SandboxControl(stack.sandbox_url)
+    yield client
+    client.close()
+
+
+# ------------------------------------------------------------------------------- API helpers
+def eventually(what: str, probe: Callable[[], T | None], timeout: float = 180.0) -> T:
+    """Poll until ``probe`` returns something truthy; the timeout only bounds a hung test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def deployment_id(stack: LocalStack, name: str) -> str:
+    return str(stack.request("GET", f"/deployments/name/{name}").json()["id"])
+
+
+def run_deployment(stack: LocalStack, name: str, parameters: dict[str, Any]) -> str:
+    path = f"/deployments/{deployment_id(stack, name)}/create_flow_run"
+    return str(stack.request("POST", path, {"parameters": parameters}).json()["id"])
+
+
+def flow_runs(stack: LocalStack, name: str) -> list[dict[str, Any]]:
+    query = {"flow_runs": {"deployment_id": {"any_": [deployment_id(stack, name)]}}}
+    return list(stack.request("POST", "/flow_runs/filter", query).json())
+
+
+def state_of(stack: LocalStack, flow_run_id: str) -> dict[str, Any]:
+    return dict(stack.request("GET", f"/flow_runs/{flow_run_id}").json()["state"])
+
+
+def final(runs: list[dict[str, Any]]) -> bool:
+    return bool(runs) and all(
+        run["state"]["type"] in {"COMPLETED", "FAILED", "CRASHED"} for run in runs
+    )
+
+
+def emit_failed_items_event(stack: LocalStack, run_id: str, attempt: int) -> None:
+    """What a write run at ``attempt`` that left failed items sends (see tasks/reporting.py)."""
+    event = {
+        "id": str(uuid.uuid4()),
+        "occurred": datetime.now(UTC).isoformat(),
+        "event": "compliance.write-run.failed-items",
+        "resource": {
+            "prefect.resource.id": f"prefect.flow-run.{run_id}",
+            "prefect.resource.role": "flow-run",
+            "compliance.write-flow": "promote-discovered-vendors",
+        },
+        "payload": {"flow_run_id": run_id, "attempt": attempt, "failed": 1, "total": 1},
+    }
+    stack.request("POST", "/events", [event])
+
+
+# ------------------------------------------------------------------------------- the test
+def test_audit_log_events_drive_deployments_end_to_end(
+    stack: LocalStack, control: SandboxControl
+) -> None:
+    started = datetime.now(UTC) - timedelta(seconds=5)
+    # The scenarios: two vendors discovered (the first promotion call is refused once, so
+    # one promotion fails and the automation reruns it) and a questionnaire ready for review.
+    control.set_fault(ADD_TO_MANAGED, error_rate=1.0, status=403, count=1)
+    vendors = {control.inject("vendor_discovered")["id"] for _ in range(2)}
+    questionnaire = control.inject("questionnaire_ready_for_review")["id"]
+
+    # Run a deployment by name and see it complete: the bridge turns the entries into events.
+    bridge_run = run_deployment(
+        stack, BRIDGE, {"start_date": started.isoformat(), "reset_checkpoint": True}
+    )
+    bridge_state = eventually(
+        "the bridge run to finish",
+        lambda: (
+            (s := state_of(stack, bridge_run))["type"] in {"COMPLETED", "FAILED", "CRASHED"} and s
+        ),
+    )
+    assert bridge_state["type"] == "COMPLETED", bridge_state
+
+    # vendor discovered -> promote_discovered_vendors for that vendor -> managed in the sandbox
+    def managed() -> dict[str, int] | None:
+        counts = control.stats()["write_counts"]["add_to_managed"]
+        return counts if vendors <= set(counts) else None
+
+    eventually("both vendors to be managed", managed)
+    promotions = eventually(
+        "the promotion runs to finish", lambda: final(r := flow_runs(stack, PROMOTE)) and r
+    )
+    assert sorted(r["state"]["type"] for r in promotions) == ["COMPLETED", "FAILED"]
+    assert {r["parameters"]["discovered_vendor_ids"][0] for r in promotions} == vendors
+    failed_promotion = next(r for r in promotions if r["state"]["type"] == "FAILED")
+    # as if the same run had already been rerun up to the last attempt: no rerun may go ahead
+    emit_failed_items_event(stack, failed_promotion["id"], attempt=MAX_ATTEMPTS)
+
+    # questionnaire ready for review -> route_questionnaires -> approved in the sandbox
+    eventually(
+        "the questionnaire to be approved",
+        lambda: control.stats()["write_counts"]["questionnaire_approve"].get(questionnaire),
+    )
+    (route_run,) = eventually(
+        "the routing run to finish", lambda: final(r := flow_runs(stack, ROUTE)) and r
+    )
+    assert route_run["state"]["type"] == "COMPLETED"
+    assert route_run["parameters"]["questionnaire_ids"] == [questionnaire]
+    assert route_run["parameters"]["route"] == ["IN_REVIEW"]
+
+    # failed items -> an automatic rerun after the delay, of exactly the failed run; and none
+    # beyond max_attempts
+    def reruns() -> list[dict[str, Any]] | None:
+        runs = flow_runs(stack, RERUN)
+        return runs if len(runs) >= 2 and final(runs) else None
+
+    by_attempt = {r["parameters"]["attempt"]: r for r in eventually("the reruns", reruns)}
+    assert {r["parameters"]["flow_run_id"] for r in by_attempt.values()} == {failed_promotion["id"]}
+    rerun = by_attempt[2]
+    assert rerun["state"]["type"] == "COMPLETED", rerun["state"]
+    refused = by_attempt[MAX_ATTEMPTS + 1]
+    assert refused["parameters"]["attempt"] == MAX_ATTEMPTS + 1
+    assert refused["state"]["type"] == "FAILED"
+    assert "max_attempts" in refused["state"]["message"]
+
+    # nothing applied twice; one token for every flow run of every process
+    stats = control.stats()
+    assert {v: stats["write_counts"]["add_to_managed"][v] for v in vendors} == dict.fromkeys(
+        vendors, 1
+    )
+    assert stats["write_counts"]["questionnaire_approve"][questionnaire] == 1
+    assert stats["write_counts"]["questionnaire_patch"][questionnaire] == 1
+    assert stats["token_mints"] == {DEMO_CLIENT_ID: 1}
+    assert len(flow_runs(stack, RERUN)) == 2
+
+    assert_no_secret_in_prefect_database(stack)
+    assert_stop_leaves_no_process(stack)
+
+
+def assert_no_secret_in_prefect_database(stack: LocalStack) -> None:
+    key = (stack.state_dir / "token-encryption.key").read_text().strip()
+    files = [p for p in stack.database_path.parent.glob("prefect.db*") if p.is_file()]
+    assert files
+    for path in files:
+        content = Path(path).read_bytes()
+        assert DEMO_CLIENT_SECRET.encode() not in content, path
+        assert key.encode() not in content, path
+
+
+def assert_stop_leaves_no_process(stack: LocalStack) -> None:
+    processes = [process for child in stack.children for process in child.tree()]
+    assert len(processes) >= 3
+    stack.stop()
+    assert not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -1,0 +1,189 @@
+"""prefect.yaml and the stack's process handling, checked without starting a server.
+
+The triggers' parameters are rendered the way the Prefect server renders them for a
+RunDeployment action, so a template mistake fails here in a second, not in the e2e test.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+from prefect.cli.deploy._triggers import DeploymentTriggerAdapter
+from prefect.flows import Flow, load_flow_from_entrypoint
+from prefect.server.events.actions import RunDeployment
+from prefect.server.events.jinja_filters import all_filters
+from prefect.server.events.schemas.events import ReceivedEvent
+from prefect.server.utilities.user_templates import register_user_template_filters
+from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
+from prefect.utilities.templating import apply_values
+
+from deployments.processes import ChildProcess
+from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
+from deployments.stack import encryption_key
+
+CONFIG = yaml.safe_load((PROJECT_DIR / "prefect.yaml").read_text())
+DEPLOYMENTS = CONFIG["deployments"]
+WRITE_FLOWS = {
+    "promote_discovered_vendors",
+    "add_people_to_groups",
+    "update_account_tags",
+    "route_questionnaires",
+    "attach_document_links",
+    "rerun_failed_items",
+}
+
+
+def deployment(function: str) -> dict[str, Any]:
+    (found,) = [d for d in DEPLOYMENTS if d["entrypoint"].endswith(f":{function}")]
+    return dict(found)
+
+
+def render(parameters: dict[str, Any], event: ReceivedEvent) -> dict[str, Any]:
+    """What the automation's RunDeployment action sends, after `prefect deploy` templating."""
+    deployed = apply_values(copy.deepcopy(parameters), dict(os.environ), remove_notset=False)
+    RunDeployment._upgrade_v1_templates(deployed)
+    register_user_template_filters(all_filters)
+    context = HydrationContext(
+        raise_on_error=True, render_jinja=True, jinja_context={"event": event}
+    )
+    return dict(hydrate(deployed, context))
+
+
+def received(name: str, resource: dict[str, str], payload: dict[str, Any]) -> ReceivedEvent:
+    return ReceivedEvent(
+        occurred=datetime.now(UTC),
+        event=name,
+        resource=resource,
+        payload=payload,
+        id=uuid.uuid4(),
+    )
+
+
+def audit_resource(kind: str, type_name: str, target: str) -> dict[str, str]:
+    return {
+        "prefect.resource.id": f"compliance.{kind}.{target}",
+        "compliance.target.id": target,
+        "compliance.target.type": type_name,
+    }
+
+
+def test_every_deployment_loads_its_flow_on_the_process_pool() -> None:
+    assert CONFIG["build"] is None and CONFIG["push"] is None
+    (pull,) = CONFIG["pull"]
+    directory = pull["prefect.deployments.steps.set_working_directory"]["directory"]
+    assert directory == "{{ prefect.variables.compliance_project_dir }}"
+    names = set()
+    for spec in DEPLOYMENTS:
+        assert spec["work_pool"]["name"] == WORK_POOL_NAME
+        assert spec["description"].strip()
+        assert "compliance" in spec["tags"]
+        loaded = load_flow_from_entrypoint(str(PROJECT_DIR / spec["entrypoint"]))
+        assert isinstance(loaded, Flow)
+        names.add((loaded.name, spec["name"]))
+    assert len(names) == len(DEPLOYMENTS)  # flow/deployment names are unique
+    functions = {spec["entrypoint"].split(":")[1] for spec in DEPLOYMENTS}
+    assert WRITE_FLOWS | {"bridge_event_log", "knowledge_base_freshness"} <= functions
+
+
+def test_schedules_bridge_often_reports_daily_writes_on_demand() -> None:
+    (bridge,) = deployment("bridge_event_log")["schedules"]
+    assert 120 <= bridge["interval"] <= 300 and bridge["active"]
+    for function in ("knowledge_base_freshness", "export_event_log"):
+        (daily,) = deployment(function)["schedules"]
+        assert len(daily["cron"].split()) == 5 and daily["cron"].endswith("* * *")
+    for function in WRITE_FLOWS:
+        assert not deployment(function).get("schedules")
+
+
+def test_every_trigger_is_a_valid_deployment_trigger() -> None:
+    triggers = [t for spec in DEPLOYMENTS for t in spec.get("triggers", [])]
+    assert len(triggers) == 3
+    for trigger in triggers:
+        spec = copy.deepcopy(trigger)
+        spec["schedule_after"] = 0  # a variable placeholder until `prefect deploy`
+        parsed = DeploymentTriggerAdapter.validate_python(spec)
+        assert parsed.enabled
+
+
+def test_vendor_discovered_starts_the_promotion_of_that_vendor() -> None:
+    (trigger,) = deployment("promote_discovered_vendors")["triggers"]
+    assert trigger["expect"] == ["compliance.vendor_discovered"]
+    event = received(
+        "compliance.vendor_discovered",
+        audit_resource("discoveredvendor", "DiscoveredVendor", "dv-7"),
+        {},
+    )
+    assert render(trigger["parameters"], event) == {"discovered_vendor_ids": ["dv-7"]}
+
+
+def test_questionnaire_ready_for_review_is_routed_to_approval() -> None:
+    (trigger,) = deployment("route_questionnaires")["triggers"]
+    assert trigger["expect"] == ["compliance.questionnaire_ready_for_review"]
+    event = received(
+        "compliance.questionnaire_ready_for_review",
+        audit_resource("questionnaire", "Questionnaire", "q-9"),
+        {},
+    )
+    rendered = render(trigger["parameters"], event)
+    assert rendered["questionnaire_ids"] == ["q-9"]
+    assert rendered["route"] == ["IN_REVIEW"] and rendered["approve"] is True
+
+
+def test_failed_items_rerun_the_same_run_with_the_next_attempt_after_a_delay() -> None:
+    (trigger,) = deployment("rerun_failed_items")["triggers"]
+    assert trigger["expect"] == ["compliance.write-run.failed-items"]
+    assert trigger["schedule_after"] == "{{ prefect.variables.compliance_rerun_delay_seconds }}"
+    run_id = str(uuid.uuid4())
+    event = received(
+        "compliance.write-run.failed-items",
+        {"prefect.resource.id": f"prefect.flow-run.{run_id}"},
+        {"flow_run_id": run_id, "attempt": 2, "failed": 1},
+    )
+    parameters = dict(trigger["parameters"])
+    parameters["max_attempts"] = 3  # resolved from the variable by `prefect deploy`
+    assert render(parameters, event) == {"flow_run_id": run_id, "attempt": 3, "max_attempts": 3}
+
+
+def test_encryption_key_is_created_once_and_readable_only_by_us(tmp_path: Path) -> None:
+    first = encryption_key(tmp_path)
+    assert encryption_key(tmp_path) == first
+    mode = stat.S_IMODE((tmp_path / "token-encryption.key").stat().st_mode)
+    assert mode == 0o600
+
+
+def test_stop_kills_grandchildren_in_their_own_process_group(tmp_path: Path) -> None:
+    # like a worker's flow run: a grandchild in a new session ignores the child's group signal
+    script = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+        " start_new_session=True)\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    child = ChildProcess(
+        "parent",
+        [sys.executable, "-c", script],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "parent.log",
+    )
+    log = tmp_path / "parent.log"
+    deadline = time.monotonic() + 30
+    while not log.read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grandchild = psutil.Process(int(log.read_text().split()[0]))
+    assert grandchild.is_running()
+    child.stop(grace_seconds=2)
+    assert not child.alive()
+    gone, _ = psutil.wait_procs([grandchild], timeout=5)
+    assert gone or grandchild.status() == psutil.STATUS_ZOMBIE
