@@ -1,0 +1,287 @@
+"""Memory of the read flows: 10,000 vs 100,000 items, against a plain httpx loop.
+
+    uv run --no-sync python -m bench.streaming_reads [--small 20 --large 200]
+
+Starts two sandboxes (``--scale 20``: 10,000 audit entries and 10,000 knowledge-base items;
+``--scale 200``: 100,000 of each) and a Prefect test server, then measures each case in a fresh
+child process, so one case's memory high-water mark cannot hide another's:
+
+* ``export``: the event-log export flow (the same page reader as the bridge) writing JSON Lines;
+* ``freshness``: the knowledge-base freshness flow over resources and answers (events off);
+* ``httpx``: a plain httpx loop reading the same pages and keeping nothing.
+
+Reported per case: items, seconds, API calls (from the sandbox's stats) and the growth of peak
+RSS over the child's RSS just before the run (imports and a warm-up run already paid). Flat
+memory means the 100,000-item growth is about the 10,000-item growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+CLIENT_ID = "demo-manage"
+CLIENT_SECRET = "demo-manage-secret-not-real"
+BENCH_TOKEN_LIMIT = "bench-streaming-token-endpoint"
+CASES = ("httpx-events", "export", "httpx-kb", "freshness")
+
+
+# --------------------------------------------------------------------------- measuring
+class PeakRSS:
+    """Samples this process's RSS every few milliseconds in a thread; keeps the peak."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.process = psutil.Process()
+        self.interval = interval
+        self.start = self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __enter__(self) -> PeakRSS:
+        gc.collect()
+        self.start = self.peak = self.process.memory_info().rss
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.process.memory_info().rss)
+
+    @property
+    def growth_mb(self) -> float:
+        return (self.peak - self.start) / 2**20
+
+
+# --------------------------------------------------------------------------- child cases
+async def _httpx_pages(base_url: str, path: str, limit_pages: int | None) -> int:
+    """The baseline: follow endCursor with a bearer token, count items, keep nothing."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+        token = (
+            await http.post(
+                "/oauth/token",
+                json={
+                    "client_id": CLIENT_ID,
+                    "client_secret": CLIENT_SECRET,
+                    "grant_type": "client_credentials",
+                    "scope": "service-api.all:read",
+                },
+            )
+        ).json()["access_token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        cursor: str | None = None
+        items = pages = 0
+        while limit_pages is None or pages < limit_pages:
+            params: dict[str, Any] = {"pageSize": 100}
+            if cursor:
+                params["pageCursor"] = cursor
+            response = await http.get(path, params=params, headers=headers)
+            response.raise_for_status()
+            results = response.json()["results"]
+            items += len(results["data"])
+            pages += 1
+            cursor = results["pageInfo"]["endCursor"]
+            if not results["pageInfo"]["hasNextPage"]:
+                break
+        return items
+
+
+async def _run_case(case: str, base_url: str, size: int, workdir: Path) -> int:
+    pages = size // 100
+    if case == "httpx-events":
+        return await _httpx_pages(base_url, "/v1/event-logs", pages)
+    if case == "httpx-kb":
+        resources = await _httpx_pages(base_url, "/v1/knowledge-base/resources", None)
+        return resources + await _httpx_pages(base_url, "/v1/knowledge-base/answer-library", None)
+    if case == "export":
+        from flows.event_log_export import export_event_log
+
+        result = await export_event_log(
+            output_dir=str(workdir / "export"), max_pages=pages, lock_name="bench-export"
+        )
+        return result.written
+    if case == "freshness":
+        from flows.knowledge_base import knowledge_base_freshness
+
+        report = await knowledge_base_freshness(emit_events=False)
+        return sum(report.scanned.values())
+    raise ValueError(case)
+
+
+def child(case: str, base_url: str, size: int) -> None:
+    """One measurement in this fresh process; prints a JSON line."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
+    if case in ("export", "freshness"):
+        from flows.event_log_export import export_event_log
+
+        # warm-up: imports, Prefect client, token, one small page of everything
+        asyncio.run(export_event_log(output_dir=str(workdir / "warm"), max_pages=1, page_size=5))
+    else:
+        asyncio.run(_httpx_pages(base_url, "/v1/event-logs", 1))
+    started = time.perf_counter()
+    with PeakRSS() as rss:
+        items = asyncio.run(_run_case(case, base_url, size, workdir))
+    elapsed = time.perf_counter() - started
+    print(json.dumps({"items": items, "seconds": elapsed, "rss_growth_mb": rss.growth_mb}))
+
+
+# --------------------------------------------------------------------------- orchestration
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_sandbox(scale: int) -> tuple[subprocess.Popen[bytes], str]:
+    port, gov = _free_port(), _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sandbox",
+            "--port",
+            str(port),
+            "--gov-port",
+            str(gov),
+            "--scale",
+            str(scale),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            httpx.get(f"{url}/_sandbox/health", timeout=2).raise_for_status()
+            return process, url
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError(f"sandbox --scale {scale} did not start") from None
+            time.sleep(0.5)
+
+
+def _calls(url: str) -> dict[str, int]:
+    return httpx.get(f"{url}/_sandbox/stats", timeout=30).json()["route_counts"]
+
+
+def _measure(case: str, url: str, size: int, env: dict[str, str]) -> dict[str, Any]:
+    httpx.post(f"{url}/_sandbox/reset", timeout=60)
+    before = _calls(url)
+    output = subprocess.run(
+        [sys.executable, "-m", "bench.streaming_reads", "child", case, url, str(size)],
+        env={**env, "COMPLIANCE_BASE_URL": url},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if output.returncode != 0:
+        raise RuntimeError(f"{case} {size} failed:\n{output.stderr[-3000:]}")
+    result = json.loads(output.stdout.strip().splitlines()[-1])
+    after = _calls(url)
+    data_calls = sum(
+        n - before.get(route, 0) for route, n in after.items() if route.startswith("GET /v1/")
+    )
+    return {"case": case, "size": size, **result, "api_calls": data_calls}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=20, help="sandbox scale of the small case")
+    parser.add_argument("--large", type=int, default=200, help="sandbox scale of the large case")
+    args = parser.parse_args(argv)
+
+    from cryptography.fernet import Fernet
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    state = tempfile.mkdtemp(prefix="bench-streaming-state-")
+    env = {
+        **os.environ,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "COMPLIANCE_CLIENT_ID": CLIENT_ID,
+        "COMPLIANCE_CLIENT_SECRET": CLIENT_SECRET,
+        "COMPLIANCE_APPLICATION_TYPE": "manage",
+        "COMPLIANCE_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode(),
+        "COMPLIANCE_STATE_DIR": state,
+        "COMPLIANCE_TOKEN_RATE_LIMIT_NAME": BENCH_TOKEN_LIMIT,
+    }
+    rows: list[dict[str, Any]] = []
+    with ExitStack() as stack:
+        stack.enter_context(prefect_test_harness(server_startup_timeout=120))
+        env["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
+
+        async def limit() -> None:
+            async with get_client() as client:
+                await client.upsert_global_concurrency_limit_by_name(
+                    BENCH_TOKEN_LIMIT, limit=100, slot_decay_per_second=10.0
+                )
+
+        asyncio.run(limit())
+        sandboxes = {}
+        for scale in (args.small, args.large):
+            process, url = _start_sandbox(scale)
+            stack.callback(process.kill)
+            sandboxes[scale * 500] = url
+        for size, url in sandboxes.items():
+            for case in CASES:
+                row = _measure(case, url, size, env)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    _print_table(rows)
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    by = {(row["case"], row["size"]): row for row in rows}
+    sizes = sorted({row["size"] for row in rows})
+    print()
+    print("| case | items | seconds | API calls | peak RSS growth (MB) |")
+    print("|---|---|---|---|---|")
+    for case in CASES:
+        for size in sizes:
+            row = by[(case, size)]
+            print(
+                f"| {case} | {row['items']:,} | {row['seconds']:.1f} | {row['api_calls']:,} "
+                f"| {row['rss_growth_mb']:.1f} |"
+            )
+    print()
+    small, large = sizes[0], sizes[-1]
+    for ours, baseline in (("export", "httpx-events"), ("freshness", "httpx-kb")):
+        growth = by[(ours, large)]["rss_growth_mb"] - by[(ours, small)]["rss_growth_mb"]
+        base = by[(baseline, large)]["rss_growth_mb"] - by[(baseline, small)]["rss_growth_mb"]
+        speed = by[(ours, large)]["seconds"] / max(by[(baseline, large)]["seconds"], 1e-9)
+        print(
+            f"{ours}: growth {small:,}->{large:,} items {growth:+.1f} MB "
+            f"(httpx baseline {base:+.1f} MB); time x{speed:.1f} of the baseline"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        main()

@@ -1,0 +1,303 @@
+"""Connector resources: package vulnerabilities and security-training status, as to-do lists.
+
+Runbooks:
+
+* ``package_vulnerability_digest``: read the findings a connector reported for one registered
+  resource, count them by severity band (critical/high/medium/low/none), list the most urgent
+  (reachable and resolvable first, then severity, then CVSS), and send one
+  ``compliance.vulnerability.action_required`` event per reachable finding at or above
+  ``event_min_severity`` (critical by default).
+* ``security_training_report``: read the training assignments, count incomplete and overdue ones
+  by trainee and by framework, and send one ``compliance.security_training.overdue`` event per
+  trainee with overdue training (listing what is overdue).
+
+These endpoints return the whole list in one response (no pagination, spec §4.7/§4.8); the
+digests keep counters and a bounded number of rows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+from prefect.events import Event
+from pydantic import BaseModel, Field
+
+from compliance_api.client import ComplianceClient
+from compliance_api.errors import InputError
+from compliance_api.models import PackageVulnerability, UserSecurityTrainingStatus
+from tasks.connection import compliance_client
+from tasks.connector_digests import (
+    MAX_LISTED_PER_TRAINEE,
+    SEVERITY_BANDS,
+    TrainingDigest,
+    VulnerabilityDigest,
+    severity_of,
+)
+from tasks.prefect_events import EventSink, send_events
+from tasks.read_events import training_overdue_event, vulnerability_event
+from tasks.read_filters import (
+    check_positive_int,
+    check_resource_id,
+    parse_timestamp,
+)
+from tasks.read_reports import (
+    artifact_key,
+    markdown_table,
+    publish_markdown,
+    publish_table,
+    shown_note,
+)
+
+KNOWN_FRAMEWORKS = ("SOC2", "ISO27001", "HIPAA", "PCI", "GDPR", "CCPA")
+
+
+class VulnerabilityReport(BaseModel):
+    resource_id: str
+    summary: dict[str, Any]
+    events_sent: int
+    action_required: int
+    top_findings: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TrainingReport(BaseModel):
+    resource_id: str
+    as_of: datetime
+    summary: dict[str, Any]
+    events_sent: int
+    trainees: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def _check_severity(parameter: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10:
+        raise InputError(parameter, value, "must be a severity from 0 to 10")
+    return float(value)
+
+
+def _check_frameworks(value: list[str] | None) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise InputError("frameworks", value, "must be a list, e.g. ['SOC2', 'HIPAA']")
+    chosen = set()
+    for framework in value:
+        name = str(framework).strip().upper()
+        if name not in KNOWN_FRAMEWORKS:
+            raise InputError(
+                "frameworks",
+                framework,
+                f"unknown framework; allowed: {', '.join(KNOWN_FRAMEWORKS)}",
+            )
+        chosen.add(name)
+    return frozenset(chosen) or None
+
+
+@task(name="Read package vulnerabilities", cache_policy=NONE)
+async def read_package_vulnerabilities(
+    client: ComplianceClient, resource_id: str
+) -> list[PackageVulnerability]:
+    return await client.list_package_vulnerabilities(resource_id)
+
+
+@task(name="Read security-training statuses", cache_policy=NONE)
+async def read_security_training(
+    client: ComplianceClient, resource_id: str
+) -> list[UserSecurityTrainingStatus]:
+    return await client.list_user_security_training(resource_id)
+
+
+@flow(name="package-vulnerability-digest", log_prints=False)
+async def package_vulnerability_digest(
+    resource_id: str,
+    min_severity: float = 0.0,
+    event_min_severity: float = 9.0,
+    event_reachable_only: bool = True,
+    emit_events: bool = True,
+    top_n: int = 100,
+) -> VulnerabilityReport:
+    """Digest one connector resource's vulnerable packages; events for what needs action now.
+
+    ``min_severity`` hides findings below it from the digest; a finding needs action when it is
+    at or above ``event_min_severity`` and (unless ``event_reachable_only`` is off) reachable.
+    """
+    resource_id = check_resource_id(resource_id)
+    floor = _check_severity("min_severity", min_severity)
+    action_floor = _check_severity("event_min_severity", event_min_severity)
+    top_n = check_positive_int("top_n", top_n)
+    as_of = datetime.now(UTC)
+    digest = VulnerabilityDigest(top_n=top_n, min_severity=floor)
+    events: list[Event] = []
+    action_required = 0
+    async with compliance_client() as client:
+        findings = await read_package_vulnerabilities(client, resource_id)
+    for vulnerability in findings:
+        band = digest.add(vulnerability)
+        score = severity_of(vulnerability)
+        needs_action = (
+            band is not None
+            and score is not None
+            and score >= action_floor
+            and (vulnerability.is_reachable or not event_reachable_only)
+        )
+        if needs_action:
+            action_required += 1
+            if emit_events:
+                events.append(vulnerability_event(vulnerability, resource_id, band or "", as_of))
+    del findings
+    sent = 0
+    if events:
+        async with EventSink() as sink:
+            sent = await send_events(sink, events)
+    await _publish_vulnerabilities(resource_id, digest, action_required, action_floor)
+    get_run_logger().info(
+        "%s findings for %s; %s need action (%s events sent)",
+        digest.total,
+        resource_id,
+        action_required,
+        sent,
+    )
+    return VulnerabilityReport(
+        resource_id=resource_id,
+        summary=digest.summary(),
+        events_sent=sent,
+        action_required=action_required,
+        top_findings=digest.findings.rows()[:10],
+    )
+
+
+async def _publish_vulnerabilities(
+    resource_id: str, digest: VulnerabilityDigest, action_required: int, action_floor: float
+) -> None:
+    rows = digest.findings.rows()
+    note = shown_note(len(rows), digest.findings.seen, "findings")
+    bands = ", ".join(f"{name} >= {floor:g}" for name, floor in SEVERITY_BANDS)
+    await publish_table(
+        artifact_key("package-vulnerabilities", resource_id),
+        rows,
+        f"Vulnerable packages of connector resource {resource_id}, reachable and resolvable "
+        f"first, then by severity and CVSS. {note}",
+    )
+    lines = [
+        f"# Package vulnerabilities: {resource_id}",
+        "",
+        f"{digest.total} findings ({digest.below_threshold} below the minimum severity). "
+        f"{action_required} reachable findings at severity >= {action_floor:g} need action.",
+        f"Severity bands (0-10): {bands}.",
+        "",
+        markdown_table(digest.band_rows()),
+        "",
+        "## Most urgent",
+        "",
+        note,
+        "",
+        markdown_table(
+            rows[:20],
+            ["severity", "score", "reachable", "resolvable", "cve", "cvss3_score", "package"],
+        ),
+    ]
+    await publish_markdown(
+        artifact_key("package-vulnerabilities-summary", resource_id),
+        "\n".join(lines),
+        f"Vulnerability digest for connector resource {resource_id}",
+    )
+
+
+@flow(name="security-training-report", log_prints=False)
+async def security_training_report(
+    resource_id: str,
+    frameworks: list[str] | None = None,
+    as_of: str | None = None,
+    emit_events: bool = True,
+    top_n: int = 100,
+) -> TrainingReport:
+    """Incomplete and overdue security training by trainee and framework; events per trainee.
+
+    ``frameworks`` limits the report to assignments fulfilling any of them (SOC2, ISO27001,
+    HIPAA, PCI, GDPR, CCPA); ``as_of`` is the time "overdue" is measured at (default: now).
+    """
+    resource_id = check_resource_id(resource_id)
+    chosen = _check_frameworks(frameworks)
+    moment = parse_timestamp("as_of", as_of) or datetime.now(UTC)
+    top_n = check_positive_int("top_n", top_n)
+    digest = TrainingDigest(as_of=moment, frameworks=chosen)
+    async with compliance_client() as client:
+        rows = await read_security_training(client, resource_id)
+    for row in rows:
+        digest.add(row)
+    del rows
+    sent = 0
+    if emit_events:
+        events = [
+            training_overdue_event(
+                key,
+                trainee.identity(),
+                trainee.overdue_trainings[:MAX_LISTED_PER_TRAINEE],
+                trainee.overdue,
+                resource_id,
+                moment,
+            )
+            for key, trainee in digest.overdue_trainees()
+        ]
+        if events:
+            async with EventSink() as sink:
+                sent = await send_events(sink, events)
+    await _publish_training(resource_id, digest, top_n)
+    summary = digest.summary()
+    get_run_logger().info(
+        "%s assignments for %s: %s incomplete, %s overdue (%s trainees); %s events sent",
+        summary["assignments"],
+        resource_id,
+        summary["incomplete"],
+        summary["overdue"],
+        summary["trainees_overdue"],
+        sent,
+    )
+    return TrainingReport(
+        resource_id=resource_id,
+        as_of=moment,
+        summary=summary,
+        events_sent=sent,
+        trainees=digest.trainee_rows(10),
+    )
+
+
+async def _publish_training(resource_id: str, digest: TrainingDigest, top_n: int) -> None:
+    trainees = digest.trainee_rows(top_n)
+    needing = sum(1 for t in digest.trainees.values() if t.incomplete)
+    note = shown_note(len(trainees), needing, "trainees with incomplete training")
+    await publish_table(
+        artifact_key("security-training-by-trainee", resource_id),
+        trainees,
+        f"Incomplete and overdue security training for {resource_id} as of "
+        f"{digest.as_of:%Y-%m-%d}, most overdue first. {note}",
+    )
+    await publish_table(
+        artifact_key("security-training-by-framework", resource_id),
+        digest.framework_rows(),
+        f"Security training per framework for {resource_id} as of {digest.as_of:%Y-%m-%d}.",
+    )
+    summary = digest.summary()
+    lines = [
+        f"# Security training: {resource_id} ({digest.as_of:%Y-%m-%d})",
+        "",
+        f"{summary['assignments']} assignments for {summary['trainees']} trainees: "
+        f"{summary['incomplete']} incomplete, {summary['overdue']} overdue "
+        f"({summary['trainees_overdue']} trainees overdue).",
+        "",
+        "## By framework",
+        "",
+        markdown_table(digest.framework_rows()),
+        "",
+        "## Trainees",
+        "",
+        note,
+        "",
+        markdown_table(trainees[:25]),
+    ]
+    await publish_markdown(
+        artifact_key("security-training-summary", resource_id),
+        "\n".join(lines),
+        f"Security-training report for connector resource {resource_id}",
+    )

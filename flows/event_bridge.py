@@ -1,0 +1,169 @@
+"""The audit-log bridge: every audit entry becomes exactly one Prefect event.
+
+Runbook:
+
+1. Take the bridge's lock (a Prefect global concurrency limit of 1): an overlapping scheduled run
+   waits for the running one, then finds nothing new; it gives up after ``lock_wait_seconds``.
+2. Load the checkpoint from its Prefect Variable (first run: ``start_date``, default "now", so a
+   new bridge does not replay months of history into automations unless asked to).
+3. For each page of 100 entries after the checkpoint: build one event per entry (naming rule in
+   ``tasks/audit_events.py``), send them and wait for the server to accept them, *then* save the
+   checkpoint.
+
+Exactly once: a crash after sending and before saving replays at most that page; the replayed
+events carry the same ids (uuid5 of the entry id), which the Prefect server stores and hands to
+automations only once. Entries at the checkpoint's timestamp are remembered by id, so resuming by
+date never repeats them either. Memory holds one page, however long the log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from datetime import UTC, datetime
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+from prefect.concurrency.asyncio import AcquireConcurrencySlotTimeoutError
+from pydantic import BaseModel, Field
+
+from compliance_api.errors import InputError
+from tasks.audit_events import audit_event
+from tasks.checkpoints import EventLogCheckpoint, VariableCheckpointStore, exclusive_run
+from tasks.connection import compliance_client
+from tasks.event_log_reads import iter_new_pages
+from tasks.prefect_events import EventSink, send_events
+from tasks.read_filters import (
+    check_max_pages,
+    check_non_negative,
+    check_page_size,
+    parse_timestamp,
+)
+
+DEFAULT_CHECKPOINT_VARIABLE = "compliance_event_bridge_checkpoint"
+DEFAULT_LOCK = "compliance-event-bridge"
+#: Prefect Variable names: letters, digits, dashes and underscores
+_VARIABLE_NAME = re.compile(r"^[a-z0-9_-]{1,255}$")
+#: distinct event names counted in a run's result (an audit log has a few dozen actions)
+MAX_COUNTED_NAMES = 200
+
+
+class BridgeResult(BaseModel):
+    """What one run did; ``events_by_name`` shows which automations it may have triggered."""
+
+    skipped: bool = False
+    reason: str = ""
+    emitted: int = 0
+    pages: int = 0
+    duplicates_skipped: int = 0
+    events_by_name: dict[str, int] = Field(default_factory=dict)
+    checkpoint: dict[str, object] = Field(default_factory=dict)
+
+
+def check_variable_name(parameter: str, value: str) -> str:
+    if not isinstance(value, str) or not _VARIABLE_NAME.match(value):
+        raise InputError(
+            parameter, value, "must be 1-255 lowercase letters, digits, '-' or '_' characters"
+        )
+    return value
+
+
+@task(name="Save the bridge checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
+async def save_bridge_checkpoint(
+    store: VariableCheckpointStore, checkpoint: EventLogCheckpoint
+) -> None:
+    await store.save(checkpoint)
+
+
+@task(name="Load the bridge checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
+async def load_bridge_checkpoint(store: VariableCheckpointStore) -> EventLogCheckpoint | None:
+    return await store.load()
+
+
+@flow(name="bridge-event-log", log_prints=False)
+async def bridge_event_log(
+    start_date: str | None = None,
+    page_size: int = 100,
+    max_pages: int | None = None,
+    checkpoint_variable: str = DEFAULT_CHECKPOINT_VARIABLE,
+    lock_name: str = DEFAULT_LOCK,
+    lock_wait_seconds: float = 60.0,
+    reset_checkpoint: bool = False,
+) -> BridgeResult:
+    """Emit one Prefect event per new audit-log entry, resuming from the stored checkpoint.
+
+    ``start_date`` (ISO 8601) applies to the first run only (or with ``reset_checkpoint``);
+    later runs resume from the checkpoint. ``max_pages`` bounds one run (catch up in slices).
+    """
+    first_start = parse_timestamp("start_date", start_date)
+    page_size = check_page_size(page_size)
+    max_pages = check_max_pages(max_pages)
+    check_variable_name("checkpoint_variable", checkpoint_variable)
+    check_non_negative("lock_wait_seconds", lock_wait_seconds)
+    if not isinstance(lock_name, str) or not lock_name.strip():
+        raise InputError("lock_name", lock_name, "must be the name of a concurrency limit")
+    logger = get_run_logger()
+    try:
+        async with exclusive_run(lock_name, lock_wait_seconds):
+            return await _bridge(
+                VariableCheckpointStore(checkpoint_variable),
+                first_start,
+                page_size,
+                max_pages,
+                reset_checkpoint,
+            )
+    except AcquireConcurrencySlotTimeoutError:
+        reason = f"another run held {lock_name!r} for more than {lock_wait_seconds:g}s"
+        logger.warning("Skipped: %s; the next run continues from the checkpoint", reason)
+        return BridgeResult(skipped=True, reason=reason)
+
+
+async def _bridge(
+    store: VariableCheckpointStore,
+    first_start: datetime | None,
+    page_size: int,
+    max_pages: int | None,
+    reset_checkpoint: bool,
+) -> BridgeResult:
+    logger = get_run_logger()
+    checkpoint = None if reset_checkpoint else await load_bridge_checkpoint(store)
+    if checkpoint is None:
+        checkpoint = EventLogCheckpoint(start_date=first_start or datetime.now(UTC))
+        logger.info("No checkpoint in %r: starting at %s", store.name, checkpoint.start_date)
+        # Saved before reading: if this run finds nothing, the next one must still start here,
+        # not at its own "now", or entries logged in between would never be bridged.
+        await save_bridge_checkpoint(store, checkpoint)
+    elif first_start is not None:
+        logger.info("Resuming from the checkpoint in %r; start_date is ignored", store.name)
+    result = BridgeResult()
+    names: Counter[str] = Counter()
+    async with compliance_client() as client, EventSink() as sink:
+        async for page in iter_new_pages(
+            client, checkpoint, page_size=page_size, max_pages=max_pages
+        ):
+            events = [audit_event(entry) for entry in page.new_entries]
+            if events:
+                await send_events(sink, events)
+            await save_bridge_checkpoint(store, page.checkpoint)
+            checkpoint = page.checkpoint
+            result.emitted += len(events)
+            result.pages += 1
+            result.duplicates_skipped += page.skipped
+            for event in events:
+                if event.event in names or len(names) < MAX_COUNTED_NAMES:
+                    names[event.event] += 1
+    result.events_by_name = dict(names.most_common())
+    result.checkpoint = {
+        "last_event_id": checkpoint.last_event_id,
+        "last_event_date": checkpoint.last_event_date.isoformat()
+        if checkpoint.last_event_date
+        else None,
+        "entries_total": checkpoint.entries_total,
+    }
+    logger.info(
+        "Emitted %s events from %s pages (%s already emitted entries skipped)",
+        result.emitted,
+        result.pages,
+        result.duplicates_skipped,
+    )
+    return result

@@ -1,0 +1,184 @@
+"""Export the audit log to files an auditor can take: JSON Lines, one file per UTC day.
+
+Runbook:
+
+1. Check the parameters; create ``output_dir`` if needed.
+2. Take the export's locks: a Prefect global concurrency limit (runs on any machine) and a file
+   lock in ``output_dir`` (runs on this machine), so two runs never write the same files.
+3. Load ``checkpoint.json`` from ``output_dir`` (first run: ``start_date``, default: the whole
+   log) and cut every day file back to the size the checkpoint committed: lines a crashed run
+   wrote after its last checkpoint are removed, then read again.
+4. For each page after the checkpoint: append its entries to their day files, fsync, then
+   replace the checkpoint atomically. Each entry lands in the files exactly once.
+
+See ``tasks/jsonl_export.py`` for the file format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+from prefect.concurrency.asyncio import AcquireConcurrencySlotTimeoutError
+from pydantic import BaseModel, Field
+
+from compliance_api.errors import InputError
+from compliance_api.models import EventLogEntry
+from tasks.checkpoints import EventLogCheckpoint, exclusive_run
+from tasks.connection import compliance_client
+from tasks.event_log_reads import iter_new_pages
+from tasks.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
+from tasks.read_filters import (
+    check_max_pages,
+    check_non_negative,
+    check_page_size,
+    parse_timestamp,
+)
+from tasks.read_reports import markdown_table, publish_markdown
+
+DEFAULT_LOCK = "compliance-event-log-export"
+
+
+class ExportResult(BaseModel):
+    output_dir: str
+    skipped: bool = False
+    reason: str = ""
+    written: int = 0
+    pages: int = 0
+    duplicates_skipped: int = 0
+    repaired_bytes: dict[str, int] = Field(default_factory=dict)
+    files: dict[str, int] = Field(default_factory=dict)
+    last_event_id: str | None = None
+    last_event_date: datetime | None = None
+
+
+@task(name="Write a page to the day files", cache_policy=NONE)
+async def write_export_page(
+    export: DayFileExport,
+    checkpoint: ExportCheckpoint,
+    entries: list[EventLogEntry],
+    log_checkpoint: EventLogCheckpoint,
+) -> ExportCheckpoint:
+    """Append and fsync, then commit the checkpoint: the order that makes it exactly once."""
+    return await asyncio.to_thread(_write_and_commit, export, checkpoint, entries, log_checkpoint)
+
+
+def _write_and_commit(
+    export: DayFileExport,
+    checkpoint: ExportCheckpoint,
+    entries: list[EventLogEntry],
+    log_checkpoint: EventLogCheckpoint,
+) -> ExportCheckpoint:
+    sizes, lines = export.append_page(checkpoint, entries)
+    committed = ExportCheckpoint(log=log_checkpoint, files=sizes, lines=lines)
+    export.commit(committed)
+    return committed
+
+
+def _output_dir(value: str) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise InputError("output_dir", value, "must be a directory path")
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputError("output_dir", value, "exists and is not a directory")
+    return path
+
+
+@flow(name="export-event-log", log_prints=False)
+async def export_event_log(
+    output_dir: str,
+    start_date: str | None = None,
+    page_size: int = 100,
+    max_pages: int | None = None,
+    lock_name: str = DEFAULT_LOCK,
+    lock_wait_seconds: float = 60.0,
+) -> ExportResult:
+    """Append new audit-log entries to ``output_dir/event-log-YYYY-MM-DD.jsonl``, exactly once.
+
+    ``start_date`` (ISO 8601) applies to the first export into ``output_dir``; later runs resume
+    from ``output_dir/checkpoint.json``.
+    """
+    directory = _output_dir(output_dir)
+    first_start = parse_timestamp("start_date", start_date)
+    page_size = check_page_size(page_size)
+    max_pages = check_max_pages(max_pages)
+    check_non_negative("lock_wait_seconds", lock_wait_seconds)
+    directory.mkdir(parents=True, exist_ok=True)
+    logger = get_run_logger()
+    try:
+        async with exclusive_run(lock_name, lock_wait_seconds):
+            with FileLock(str(directory / LOCK_FILE), timeout=lock_wait_seconds):
+                result = await _export(DayFileExport(directory), first_start, page_size, max_pages)
+    except (AcquireConcurrencySlotTimeoutError, Timeout):
+        reason = f"another export held the lock for more than {lock_wait_seconds:g}s"
+        logger.warning("Skipped: %s; the next run continues from the checkpoint", reason)
+        return ExportResult(output_dir=str(directory), skipped=True, reason=reason)
+    await _publish(result)
+    return result
+
+
+async def _export(
+    export: DayFileExport, first_start: datetime | None, page_size: int, max_pages: int | None
+) -> ExportResult:
+    logger = get_run_logger()
+    checkpoint = export.load()
+    if checkpoint is None:
+        checkpoint = ExportCheckpoint(log=EventLogCheckpoint(start_date=first_start))
+        export.commit(checkpoint)
+        logger.info("New export into %s from %s", export.directory, first_start or "the start")
+    elif first_start is not None:
+        logger.info("Resuming the export in %s; start_date is ignored", export.directory)
+    result = ExportResult(output_dir=str(export.directory))
+    result.repaired_bytes = export.repair(checkpoint)
+    if result.repaired_bytes:
+        logger.warning(
+            "Removed lines written after the last checkpoint (a run stopped mid-page): %s",
+            result.repaired_bytes,
+        )
+    touched: set[str] = set()
+    async with compliance_client() as client:
+        async for page in iter_new_pages(
+            client, checkpoint.log, page_size=page_size, max_pages=max_pages
+        ):
+            before = dict(checkpoint.lines)
+            checkpoint = await write_export_page(
+                export, checkpoint, page.new_entries, page.checkpoint
+            )
+            touched.update(name for name, n in checkpoint.lines.items() if before.get(name) != n)
+            result.written += len(page.new_entries)
+            result.pages += 1
+            result.duplicates_skipped += page.skipped
+    result.files = {name: checkpoint.lines[name] for name in sorted(touched)}
+    result.last_event_id = checkpoint.log.last_event_id
+    result.last_event_date = checkpoint.log.last_event_date
+    logger.info(
+        "Exported %s entries into %s day files in %s",
+        result.written,
+        len(touched),
+        export.directory,
+    )
+    return result
+
+
+async def _publish(result: ExportResult) -> None:
+    rows = [{"file": name, "lines_in_file": lines} for name, lines in result.files.items()]
+    lines = [
+        "# Audit-log export",
+        "",
+        f"{result.written} new entries written to `{result.output_dir}` "
+        f"({result.pages} pages; last entry {result.last_event_id or '-'} at "
+        f"{result.last_event_date.isoformat() if result.last_event_date else '-'}).",
+        "",
+        "Day files written by this run (total lines now in each file):",
+        "",
+        markdown_table(rows[:60]),
+    ]
+    if len(rows) > 60:
+        lines.append(f"\n…and {len(rows) - 60} more day files.")
+    if result.repaired_bytes:
+        lines += ["", f"Repaired after an interrupted run: {result.repaired_bytes} bytes removed."]
+    await publish_markdown("event-log-export", "\n".join(lines), "Audit-log export")

@@ -1,0 +1,289 @@
+"""Knowledge-base freshness: what is expired, what expires soon, what nobody verified, by owner.
+
+Runbook the flow follows:
+
+1. Check every parameter (filters of spec §4.1/§4.2, windows, page size) before any API call.
+2. Stream the knowledge-base resources, then the answer-library entries, page by page, with the
+   same filters (``types`` applies to resources only: answers have no type, so a type filter
+   leaves them out unless ``sources`` asks for them).
+3. Classify each item (see ``tasks/freshness.py``), count it for its owner, keep the ``top_n``
+   most urgent rows, and send one event per item expiring soon (and per expired item) so an
+   automation can tell its owner.
+4. Publish a markdown summary and two tables (by owner; most urgent items).
+
+Memory stays flat: one page plus bounded counters, however large the knowledge base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+from prefect.events import Event
+from pydantic import BaseModel, Field
+
+from compliance_api.client import ComplianceClient
+from compliance_api.errors import InputError
+from compliance_api.models import (
+    AnswerLibraryEntry,
+    AnswerLibraryFilter,
+    KnowledgeBaseFilter,
+    KnowledgeBaseResource,
+    Page,
+)
+from tasks.connection import compliance_client
+from tasks.freshness import FreshnessRules, FreshnessTally, Reason, as_item
+from tasks.prefect_events import EventSink, send_events
+from tasks.read_events import kb_item_event
+from tasks.read_filters import (
+    ListFilters,
+    check_non_negative,
+    check_page_size,
+    check_positive_int,
+    parse_timestamp,
+)
+from tasks.read_reports import markdown_table, publish_markdown, publish_table, shown_note
+
+Source = Literal["resources", "answer_library"]
+SOURCES: tuple[Source, ...] = ("resources", "answer_library")
+
+
+class FreshnessReport(BaseModel):
+    """The flow's result: counts over everything scanned (rows live in the artifacts)."""
+
+    as_of: datetime
+    filters: dict[str, Any]
+    scanned: dict[str, int]
+    expired: int
+    expiring_soon: int
+    not_verified: int
+    current: int
+    owners: int
+    events_sent: int
+    pages: int
+    urgent_items: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class FreshnessParameters:
+    """Every flow parameter, checked; raises InputError before any API call."""
+
+    def __init__(
+        self,
+        *,
+        filters: ListFilters,
+        sources: Sequence[str],
+        expiring_within_days: int,
+        not_verified_days: int,
+        as_of: str | None,
+        page_size: int,
+        top_n: int,
+    ) -> None:
+        self.filters = filters
+        self.sources = _check_sources(sources)
+        check_non_negative("expiring_within_days", expiring_within_days)
+        check_non_negative("not_verified_days", not_verified_days)
+        self.rules = FreshnessRules(
+            as_of=parse_timestamp("as_of", as_of) or datetime.now(UTC),
+            expiring_within_days=int(expiring_within_days),
+            not_verified_days=int(not_verified_days),
+        )
+        self.page_size = check_page_size(page_size)
+        self.top_n = check_positive_int("top_n", top_n)
+        # Build the API filters now: their own checks must fail before the first call too.
+        self.resource_filter = filters.for_resources()
+        self.answer_filter = filters.for_answer_library()
+
+
+def _default_sources(types: list[str] | None) -> list[str]:
+    """A type filter means "these resources": answers have no type, so they are left out."""
+    return ["resources"] if types else list(SOURCES)
+
+
+def _check_sources(sources: Sequence[str]) -> list[Source]:
+    if isinstance(sources, str):
+        sources = [sources]
+    chosen: list[Source] = []
+    for source in sources:
+        if source not in SOURCES:
+            raise InputError("sources", source, f"unknown source; allowed: {', '.join(SOURCES)}")
+        if source not in chosen:
+            chosen.append(source)
+    if not chosen:
+        raise InputError("sources", list(sources), "choose at least one source")
+    return chosen
+
+
+@task(name="Read a page of knowledge-base resources", cache_policy=NONE)
+async def read_resources_page(
+    client: ComplianceClient, filters: KnowledgeBaseFilter, page_size: int, cursor: str | None
+) -> Page[KnowledgeBaseResource]:
+    return await client.list_knowledge_base_resources_page(filters, page_size, cursor)
+
+
+@task(name="Read a page of the answer library", cache_policy=NONE)
+async def read_answers_page(
+    client: ComplianceClient, filters: AnswerLibraryFilter, page_size: int, cursor: str | None
+) -> Page[AnswerLibraryEntry]:
+    return await client.list_answer_library_page(filters, page_size, cursor)
+
+
+async def scan_source(
+    client: ComplianceClient,
+    source: Source,
+    params: FreshnessParameters,
+    tally: FreshnessTally,
+    sink: EventSink | None,
+) -> tuple[int, int]:
+    """Stream one list through the tally; returns (pages read, events sent)."""
+    pages = sent = 0
+    cursor: str | None = None
+    while True:
+        if source == "resources":
+            page: Page[Any] = await read_resources_page(
+                client, params.resource_filter, params.page_size, cursor
+            )
+        else:
+            page = await read_answers_page(client, params.answer_filter, params.page_size, cursor)
+        pages += 1
+        events: list[Event] = []
+        for record in page.data:
+            item = as_item(record)
+            reasons = tally.add(item)
+            for reason in (Reason.EXPIRING_SOON, Reason.EXPIRED):
+                if reason in reasons and sink is not None:
+                    events.append(kb_item_event(item, reason, params.rules))
+        if events and sink is not None:
+            sent += await send_events(sink, events)
+        cursor = page.page_info.end_cursor
+        if not page.page_info.has_next_page or not cursor:
+            return pages, sent
+
+
+async def publish_freshness_report(params: FreshnessParameters, tally: FreshnessTally) -> None:
+    rules = params.rules
+    urgent = tally.urgent.rows()
+    owners = tally.owner_rows()
+    shown_owners = owners[: max(params.top_n, 100)]
+    needing = sum(tally.totals[reason.value] for reason in Reason)
+    note = shown_note(len(urgent), tally.urgent.seen, "items needing action")
+    owner_note = shown_note(len(shown_owners), len(owners), "owners")
+    await publish_table(
+        "knowledge-base-needs-action",
+        urgent,
+        f"Knowledge-base items needing action as of {rules.as_of:%Y-%m-%d %H:%M} UTC. {note}",
+    )
+    await publish_table(
+        "knowledge-base-freshness-by-owner",
+        shown_owners,
+        f"Knowledge-base freshness per owner. {owner_note}",
+    )
+    filters = params.filters.describe()
+    lines = [
+        f"# Knowledge-base freshness ({rules.as_of:%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"Scanned: {', '.join(f'{n} {k}' for k, n in tally.scanned.items()) or 'nothing'}"
+        f" (sources: {', '.join(params.sources)}; filters: {filters or 'none'}).",
+        "",
+        "| status | items |",
+        "|---|---|",
+        f"| expired | {tally.totals[Reason.EXPIRED.value]} |",
+        f"| expiring within {rules.expiring_within_days} days"
+        f" | {tally.totals[Reason.EXPIRING_SOON.value]} |",
+        f"| not verified for {rules.not_verified_days} days"
+        f" | {tally.totals[Reason.NOT_VERIFIED.value]} |",
+        f"| current | {tally.totals['current']} |",
+        "",
+        f"{needing} findings across {tally.urgent.seen} items. An item can be expired and not "
+        "verified at once, so findings can exceed items.",
+        "",
+        "## Owners with the most to do",
+        "",
+        markdown_table(shown_owners[:15]),
+        "",
+        "## Most urgent items",
+        "",
+        note,
+        "",
+        markdown_table(urgent[:25]),
+    ]
+    await publish_markdown(
+        "knowledge-base-freshness", "\n".join(lines), "Knowledge-base freshness summary"
+    )
+
+
+@flow(name="knowledge-base-freshness", log_prints=False)
+async def knowledge_base_freshness(
+    q: str | None = None,
+    types: list[str] | None = None,
+    tags: list[str] | None = None,
+    last_updated_after: str | None = None,
+    last_updated_before: str | None = None,
+    expires_after: str | None = None,
+    expires_before: str | None = None,
+    expiring_within_days: int = 30,
+    not_verified_days: int = 180,
+    sources: list[str] | None = None,
+    as_of: str | None = None,
+    emit_events: bool = True,
+    page_size: int = 100,
+    top_n: int = 50,
+) -> FreshnessReport:
+    """Report expired, soon-expiring and unverified knowledge-base items, by owner.
+
+    Filters: ``q`` (full text), ``types`` (FILE/URL; resources only, so setting it leaves the
+    answer library out unless ``sources`` names it), ``tags``
+    (``"categoryId:tagId"``), ``last_updated_after/before`` and ``expires_after/before`` (ISO
+    8601; a bare date is midnight UTC). ``as_of`` is the report time (default: now).
+    """
+    params = FreshnessParameters(
+        filters=ListFilters(
+            q=q,
+            types=types,
+            tags=tags,
+            last_updated_after=last_updated_after,
+            last_updated_before=last_updated_before,
+            expires_after=expires_after,
+            expires_before=expires_before,
+        ),
+        sources=_default_sources(types) if sources is None else sources,
+        expiring_within_days=expiring_within_days,
+        not_verified_days=not_verified_days,
+        as_of=as_of,
+        page_size=page_size,
+        top_n=top_n,
+    )
+    logger = get_run_logger()
+    tally = FreshnessTally(params.rules, params.top_n)
+    pages = sent = 0
+    async with compliance_client() as client, EventSink() as sink:
+        for source in params.sources:
+            read, emitted = await scan_source(
+                client, source, params, tally, sink if emit_events else None
+            )
+            pages += read
+            sent += emitted
+    await publish_freshness_report(params, tally)
+    logger.info(
+        "Scanned %s: %s expired, %s expiring soon, %s not verified; %s events sent",
+        tally.scanned,
+        tally.totals[Reason.EXPIRED.value],
+        tally.totals[Reason.EXPIRING_SOON.value],
+        tally.totals[Reason.NOT_VERIFIED.value],
+        sent,
+    )
+    return FreshnessReport(
+        as_of=params.rules.as_of,
+        filters=params.filters.describe(),
+        scanned=dict(tally.scanned),
+        expired=tally.totals[Reason.EXPIRED.value],
+        expiring_soon=tally.totals[Reason.EXPIRING_SOON.value],
+        not_verified=tally.totals[Reason.NOT_VERIFIED.value],
+        current=tally.totals["current"],
+        owners=len(tally.owners),
+        events_sent=sent,
+        pages=pages,
+        urgent_items=tally.urgent.rows()[:10],
+    )

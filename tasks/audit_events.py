@@ -1,0 +1,112 @@
+"""How one audit-log entry becomes one Prefect event (the bridge's naming rule).
+
+Rule, so automations can be written without reading code:
+
+* event name: ``compliance.`` + the entry's ``action`` in lower case, every character other than
+  ``a-z``, ``0-9``, ``_`` and ``.`` replaced by ``_`` (``VENDOR_DISCOVERED`` ->
+  ``compliance.vendor_discovered``; an empty action -> ``compliance.unknown_action``);
+* resource: the first target, id ``compliance.<target type in lower case, letters and digits
+  only>.<target id>`` (``DiscoveredVendor`` ``dv-1`` -> ``compliance.discoveredvendor.dv-1``),
+  labelled ``compliance.target.id``, ``compliance.target.type``, ``compliance.audit.id`` and
+  ``compliance.audit.action``; an entry without targets uses the entry itself,
+  ``compliance.audit-entry.<entry id>``;
+* related: the actor (role ``actor``, ``compliance.actor.<type>.<id>``), every further target
+  (role ``target``) and the entry (role ``audit-entry``);
+* payload: ``{"audit_entry": <the entry as the API returned it>}``;
+* occurred: the entry's ``date``; id: uuid5 of the entry id (see ``deterministic_event_id``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prefect.events import Event
+
+from compliance_api.models import EventLogEntry, EventTarget
+from tasks.prefect_events import deterministic_event_id
+
+EVENT_PREFIX = "compliance."
+_NAME_UNSAFE = re.compile(r"[^a-z0-9_.]")
+_KIND_UNSAFE = re.compile(r"[^a-z0-9]")
+#: targets beyond this many are left out of ``related`` (Prefect allows 100 related resources)
+MAX_RELATED_TARGETS = 50
+
+
+def event_name(action: str) -> str:
+    """``compliance.<action, lower-cased>``: the documented naming rule."""
+    cleaned = _NAME_UNSAFE.sub("_", action.strip().lower())
+    return EVENT_PREFIX + (cleaned or "unknown_action")
+
+
+def resource_kind(type_name: str) -> str:
+    return _KIND_UNSAFE.sub("", type_name.lower()) or "unknown"
+
+
+def audit_event_id(entry_id: str) -> Any:
+    return deterministic_event_id("audit-entry", entry_id)
+
+
+def target_resource(entry: EventLogEntry, target: EventTarget, role: str | None) -> dict[str, str]:
+    resource = {
+        "prefect.resource.id": f"compliance.{resource_kind(target.type)}.{target.id}",
+        "prefect.resource.name": f"{target.type} {target.id}",
+        "compliance.target.id": target.id,
+        "compliance.target.type": target.type,
+        "compliance.audit.id": entry.id,
+        "compliance.audit.action": entry.action,
+    }
+    if role:
+        resource["prefect.resource.role"] = role
+    return resource
+
+
+def entry_resource(entry: EventLogEntry, role: str | None) -> dict[str, str]:
+    resource = {
+        "prefect.resource.id": f"compliance.audit-entry.{entry.id}",
+        "prefect.resource.name": f"audit entry {entry.id}",
+        "compliance.audit.id": entry.id,
+        "compliance.audit.action": entry.action,
+    }
+    if role:
+        resource["prefect.resource.role"] = role
+    return resource
+
+
+def actor_resource(entry: EventLogEntry) -> dict[str, str]:
+    actor_type = str(entry.actor.type)
+    return {
+        "prefect.resource.id": f"compliance.actor.{resource_kind(actor_type)}.{entry.actor.id}",
+        "prefect.resource.role": "actor",
+        "prefect.resource.name": entry.actor.display_name or f"{actor_type} {entry.actor.id}",
+        "compliance.actor.id": entry.actor.id,
+        "compliance.actor.type": actor_type,
+    }
+
+
+def audit_entry_payload(entry: EventLogEntry) -> dict[str, Any]:
+    """The entry exactly as the API sent it (camelCase), so nothing is lost in the bridge."""
+    return entry.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def audit_event(entry: EventLogEntry) -> Event:
+    """The one Prefect event for one audit entry."""
+    targets = list(entry.targets)
+    if targets:
+        resource = target_resource(entry, targets[0], role=None)
+        related = [actor_resource(entry), entry_resource(entry, role="audit-entry")]
+        related += [
+            target_resource(entry, target, role="target")
+            for target in targets[1 : 1 + MAX_RELATED_TARGETS]
+        ]
+    else:
+        resource = entry_resource(entry, role=None)
+        related = [actor_resource(entry)]
+    return Event(
+        id=audit_event_id(entry.id),
+        event=event_name(entry.action),
+        occurred=entry.date,
+        resource=resource,
+        related=related,
+        payload={"audit_entry": audit_entry_payload(entry)},
+    )

@@ -1,0 +1,154 @@
+"""Where the audit-log readers resume, and the lock that keeps two runs from racing.
+
+A checkpoint is the position after the last page whose effects (events sent, lines written) are
+durable: the page's ``endCursor``, the last entry's id and date, and the ids of the entries at
+that last timestamp (to skip them if the cursor ever has to be replaced by ``startDate``).
+
+The bridge keeps its checkpoint in a Prefect Variable (any worker on any machine sees it); the
+export keeps it next to the files it describes (see ``tasks/jsonl_export.py``). Runs of one
+reader are serialized with a Prefect global concurrency limit of 1, whose lease expires if a
+holder dies, so a crashed run never blocks the next one for longer than the lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency.asyncio import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.variables import Variable
+from pydantic import BaseModel, Field
+
+from compliance_api.models import EventLogEntry
+
+#: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
+MAX_BOUNDARY_IDS = 64
+#: seconds a lock holder's lease lives without renewal (renewed while the run is alive)
+LOCK_LEASE_SECONDS = 120.0
+
+
+class EventLogCheckpoint(BaseModel):
+    """How far an audit-log reader got. JSON-serializable, small, versioned."""
+
+    version: int = 1
+    start_date: datetime | None = None
+    cursor: str | None = None
+    #: the ``startDate`` of the query that issued ``cursor`` (a cursor belongs to its query)
+    cursor_start_date: datetime | None = None
+    last_event_id: str | None = None
+    last_event_date: datetime | None = None
+    boundary_ids: list[str] = Field(default_factory=list)
+    entries_total: int = 0
+    pages_total: int = 0
+
+    def already_handled(self, entry: EventLogEntry, *, by_cursor: bool) -> bool:
+        """True for an entry this checkpoint covers (the dedupe that makes replays safe).
+
+        After a cursor every entry is new by position, even one dated earlier (a late write),
+        so only the ids at the boundary are checked; after a bare ``startDate`` everything
+        older than the checkpoint, and the boundary ids at its timestamp, were handled.
+        """
+        if self.last_event_date is None:
+            return False
+        if by_cursor:
+            return entry.id in self.boundary_ids
+        if entry.date < self.last_event_date:
+            return True
+        return entry.date == self.last_event_date and entry.id in self.boundary_ids
+
+    def after_page(
+        self, entries: list[EventLogEntry], end_cursor: str | None, handled: int
+    ) -> EventLogCheckpoint:
+        """The checkpoint once every entry of a page is durable.
+
+        The date only moves forward, so a late entry never makes the next ``startDate`` earlier.
+        """
+        if not entries:
+            return self
+        newest = max(entry.date for entry in entries)
+        if self.last_event_date is not None and self.last_event_date >= newest:
+            newest = self.last_event_date
+        boundary = list(self.boundary_ids) if newest == self.last_event_date else []
+        for entry in entries:
+            if entry.date == newest and entry.id not in boundary:
+                boundary.append(entry.id)
+        return self.model_copy(
+            update={
+                "cursor": end_cursor or self.cursor,
+                "last_event_id": entries[-1].id,
+                "last_event_date": newest,
+                "boundary_ids": boundary[-MAX_BOUNDARY_IDS:],
+                "entries_total": self.entries_total + handled,
+                "pages_total": self.pages_total + 1,
+            }
+        )
+
+    def resume_date(self) -> datetime | None:
+        """``startDate`` for the next request: the last entry's date (inclusive) or the start."""
+        return self.last_event_date or self.start_date
+
+
+class VariableCheckpointStore:
+    """A checkpoint in one Prefect Variable (JSON), shared by every worker.
+
+    On a SQLite-backed Prefect server a variable update that collides with the event
+    persister's writes gets a 503, which the Prefect client retries after about 2 s; a Postgres
+    server does not have this collision.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def load(self) -> EventLogCheckpoint | None:
+        value = await Variable.aget(self.name)
+        if value is None:
+            return None
+        return EventLogCheckpoint.model_validate(value)
+
+    async def save(self, checkpoint: EventLogCheckpoint) -> None:
+        await Variable.aset(self.name, checkpoint.model_dump(mode="json"), overwrite=True)
+
+    async def clear(self) -> None:
+        await Variable.aunset(self.name)
+
+
+async def ensure_run_lock(name: str) -> str:
+    """Create the global concurrency limit ``name`` with 1 slot if it is missing (idempotent).
+
+    Returns a one-line description, so ``deployments/bootstrap.py`` can call it as a step.
+    """
+    async with get_client() as client:
+        try:
+            existing = await client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            existing = None
+        if existing is not None:
+            return f"kept global concurrency limit {name!r} (limit {existing.limit})"
+        try:
+            await client.create_global_concurrency_limit(
+                GlobalConcurrencyLimitCreate(name=name, limit=1)
+            )
+        except ObjectAlreadyExists:
+            return f"kept global concurrency limit {name!r} (created concurrently)"
+    return f"created global concurrency limit {name!r} (limit 1)"
+
+
+@asynccontextmanager
+async def exclusive_run(name: str, wait_seconds: float) -> AsyncIterator[None]:
+    """Hold the only slot of ``name`` for the body; ``TimeoutError`` if it stays taken.
+
+    ``strict=True``: a missing limit would otherwise be skipped silently and runs would overlap.
+    """
+    await ensure_run_lock(name)
+    async with concurrency(
+        name,
+        occupy=1,
+        timeout_seconds=wait_seconds,
+        strict=True,
+        lease_duration=LOCK_LEASE_SECONDS,
+    ):
+        yield

@@ -1,0 +1,232 @@
+"""Is a knowledge-base item still trustworthy? Classification and the running tally.
+
+An item (a knowledge-base resource or an answer-library entry) needs action when it is
+*expired* (``expirationStatus`` EXPIRED or an expiration date at or before the report time),
+*expiring soon* (expiration date within ``expiring_within_days``), or *not verified* (no
+``lastVerified``, or one older than ``not_verified_days``). An item can be expired and not
+verified at once; it counts in both columns, and in the urgent-items table under its most urgent
+reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from compliance_api.models import AnswerLibraryEntry, ExpirationStatus, KnowledgeBaseResource
+from tasks.read_reports import BoundedTop
+
+UNASSIGNED = "(unassigned)"
+OTHER_OWNERS = "(other owners)"
+#: distinct owners tracked by name; beyond this they are summed into one row (memory stays flat)
+MAX_OWNERS = 5_000
+TITLE_WIDTH = 90
+
+
+class ItemKind(StrEnum):
+    RESOURCE = "knowledge_base_resource"
+    ANSWER = "answer_library_entry"
+
+
+class Reason(StrEnum):
+    EXPIRED = "expired"
+    EXPIRING_SOON = "expiring soon"
+    NOT_VERIFIED = "not verified"
+
+
+@dataclass(frozen=True)
+class Owner:
+    id: str | None
+    type: str | None
+    name: str
+
+    @property
+    def key(self) -> str:
+        return self.id or UNASSIGNED
+
+
+@dataclass(frozen=True)
+class KbItem:
+    """The fields freshness needs, the same for both lists."""
+
+    kind: ItemKind
+    id: str
+    title: str
+    owner: Owner
+    expiration_status: str | None
+    expiration_date: datetime | None
+    last_verified: datetime | None
+    last_updated: datetime | None
+    url: str | None
+
+    @property
+    def resource_id(self) -> str:
+        prefix = (
+            "knowledge-base-resource" if self.kind is ItemKind.RESOURCE else "answer-library-entry"
+        )
+        return f"compliance.{prefix}.{self.id}"
+
+
+def as_item(record: KnowledgeBaseResource | AnswerLibraryEntry) -> KbItem:
+    """Normalize either list's record; the signed ``fileUrl`` is never carried along."""
+    actor = record.owner_assignment
+    owner = (
+        Owner(actor.id, str(actor.type), actor.display_name or actor.id)
+        if actor is not None
+        else Owner(None, None, UNASSIGNED)
+    )
+    if isinstance(record, KnowledgeBaseResource):
+        kind, title, url = ItemKind.RESOURCE, record.title, record.url
+    else:
+        kind, title, url = ItemKind.ANSWER, record.question, None
+    return KbItem(
+        kind=kind,
+        id=record.id,
+        title=title,
+        owner=owner,
+        expiration_status=str(record.expiration_status) if record.expiration_status else None,
+        expiration_date=record.expiration_date,
+        last_verified=record.last_verified,
+        last_updated=record.last_updated,
+        url=url,
+    )
+
+
+@dataclass(frozen=True)
+class FreshnessRules:
+    as_of: datetime
+    expiring_within_days: int
+    not_verified_days: int
+
+    @property
+    def expiring_horizon(self) -> datetime:
+        return self.as_of + timedelta(days=self.expiring_within_days)
+
+    @property
+    def verified_cutoff(self) -> datetime:
+        return self.as_of - timedelta(days=self.not_verified_days)
+
+    def reasons(self, item: KbItem) -> list[Reason]:
+        found: list[Reason] = []
+        expired_by_date = item.expiration_date is not None and item.expiration_date <= self.as_of
+        if item.expiration_status == ExpirationStatus.EXPIRED or expired_by_date:
+            found.append(Reason.EXPIRED)
+        elif item.expiration_date is not None and item.expiration_date <= self.expiring_horizon:
+            found.append(Reason.EXPIRING_SOON)
+        if item.last_verified is None or item.last_verified < self.verified_cutoff:
+            found.append(Reason.NOT_VERIFIED)
+        return found
+
+    def days_left(self, item: KbItem) -> int | None:
+        if item.expiration_date is None:
+            return None
+        return (item.expiration_date - self.as_of).days
+
+    def days_since_verified(self, item: KbItem) -> int | None:
+        if item.last_verified is None:
+            return None
+        return (self.as_of - item.last_verified).days
+
+
+@dataclass
+class OwnerCounts:
+    name: str
+    owner_id: str | None
+    items: int = 0
+    expired: int = 0
+    expiring_soon: int = 0
+    not_verified: int = 0
+
+    def add(self, reasons: list[Reason]) -> None:
+        self.items += 1
+        self.expired += Reason.EXPIRED in reasons
+        self.expiring_soon += Reason.EXPIRING_SOON in reasons
+        self.not_verified += Reason.NOT_VERIFIED in reasons
+
+    @property
+    def needing_action(self) -> int:
+        return self.expired + self.expiring_soon + self.not_verified
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "owner": self.name,
+            "owner_id": self.owner_id or "",
+            "items": self.items,
+            "expired": self.expired,
+            "expiring_soon": self.expiring_soon,
+            "not_verified": self.not_verified,
+        }
+
+
+@dataclass
+class FreshnessTally:
+    """Counts over every item seen, plus the ``top_n`` most urgent rows. O(owners + top_n)."""
+
+    rules: FreshnessRules
+    top_n: int
+    scanned: dict[str, int] = field(default_factory=dict)
+    totals: dict[str, int] = field(
+        default_factory=lambda: {reason.value: 0 for reason in Reason} | {"current": 0}
+    )
+    owners: dict[str, OwnerCounts] = field(default_factory=dict)
+    urgent: BoundedTop[tuple[int, float]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.urgent = BoundedTop(self.top_n)
+
+    def add(self, item: KbItem) -> list[Reason]:
+        reasons = self.rules.reasons(item)
+        self.scanned[item.kind.value] = self.scanned.get(item.kind.value, 0) + 1
+        for reason in reasons:
+            self.totals[reason.value] += 1
+        if not reasons:
+            self.totals["current"] += 1
+        self._owner(item.owner).add(reasons)
+        if reasons:
+            self.urgent.offer(self._urgency(item, reasons[0]), lambda: self._row(item, reasons))
+        return reasons
+
+    def _owner(self, owner: Owner) -> OwnerCounts:
+        counts = self.owners.get(owner.key)
+        if counts is None:
+            if len(self.owners) >= MAX_OWNERS:
+                return self.owners.setdefault(OTHER_OWNERS, OwnerCounts(OTHER_OWNERS, None))
+            counts = self.owners[owner.key] = OwnerCounts(owner.name, owner.id)
+        return counts
+
+    def _urgency(self, item: KbItem, reason: Reason) -> tuple[int, float]:
+        """Expired longest ago, then expiring soonest, then verified longest ago."""
+        rank = list(Reason).index(reason)
+        if reason is Reason.NOT_VERIFIED:
+            moment = item.last_verified
+            return rank, moment.timestamp() if moment else float("-inf")
+        moment = item.expiration_date
+        return rank, moment.timestamp() if moment else float("-inf")
+
+    def _row(self, item: KbItem, reasons: list[Reason]) -> dict[str, Any]:
+        return {
+            "reason": ", ".join(reason.value for reason in reasons),
+            "kind": item.kind.value,
+            "id": item.id,
+            "title": _short(item.title),
+            "owner": item.owner.name,
+            "expires": item.expiration_date.date().isoformat() if item.expiration_date else "",
+            "days_left": self.rules.days_left(item),
+            "last_verified": item.last_verified.date().isoformat()
+            if item.last_verified
+            else "never",
+            "days_since_verified": self.rules.days_since_verified(item),
+        }
+
+    def owner_rows(self) -> list[dict[str, Any]]:
+        ordered = sorted(
+            self.owners.values(), key=lambda counts: (-counts.needing_action, counts.name)
+        )
+        return [counts.row() for counts in ordered]
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= TITLE_WIDTH else text[: TITLE_WIDTH - 1] + "…"

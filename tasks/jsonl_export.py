@@ -1,0 +1,155 @@
+"""The audit-log export on disk: one JSON Lines file per UTC day, exactly once.
+
+Layout of the output directory::
+
+    event-log-2025-01-31.jsonl   one audit entry per line, in log order (camelCase, as the API)
+    checkpoint.json              where the export resumes + the committed size of every day file
+    .export.lock                 a file lock: one export per directory at a time
+
+Exactly once, by construction: a page is appended to its day files and fsynced, *then* the
+checkpoint (with the new file sizes) replaces the old one atomically. A crash in between leaves
+lines past the committed sizes; the next run truncates every day file back to its committed size
+(and removes day files the checkpoint does not know) before it reads the page again. Nothing is
+ever held in memory beyond the page being written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from compliance_api.errors import InputError
+from compliance_api.models import EventLogEntry
+from tasks.checkpoints import EventLogCheckpoint
+
+CHECKPOINT_FILE = "checkpoint.json"
+LOCK_FILE = ".export.lock"
+DAY_FILE = re.compile(r"^event-log-(\d{4}-\d{2}-\d{2})\.jsonl$")
+
+
+def day_file_name(entry: EventLogEntry) -> str:
+    return f"event-log-{entry.date.astimezone(UTC).date().isoformat()}.jsonl"
+
+
+def api_timestamp(moment: datetime) -> str:
+    """UTC with ``Z``, milliseconds when that is all there is: how the service writes times."""
+    utc = moment.astimezone(UTC)
+    spec = "milliseconds" if utc.microsecond % 1000 == 0 else "microseconds"
+    return utc.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
+def entry_line(entry: EventLogEntry) -> bytes:
+    """One line: the entry as the API returned it (camelCase, extra fields kept)."""
+    wire: dict[str, Any] = entry.model_dump(mode="json", by_alias=True, exclude_none=True)
+    wire["date"] = api_timestamp(entry.date)
+    return (json.dumps(wire, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+
+
+class ExportCheckpoint(BaseModel):
+    """The log position plus the committed byte size of every day file."""
+
+    log: EventLogCheckpoint
+    files: dict[str, int] = Field(default_factory=dict)
+    lines: dict[str, int] = Field(default_factory=dict)
+
+
+class DayFileExport:
+    """Appends pages to day files and commits them with the checkpoint."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.checkpoint_path = directory / CHECKPOINT_FILE
+
+    def load(self) -> ExportCheckpoint | None:
+        if not self.checkpoint_path.exists():
+            stray = sorted(p.name for p in self.day_files())
+            if stray:
+                raise InputError(
+                    "output_dir",
+                    str(self.directory),
+                    f"holds day files ({stray[0]} ...) but no {CHECKPOINT_FILE}; export into an "
+                    "empty directory or restore the checkpoint that belongs to these files",
+                )
+            return None
+        return ExportCheckpoint.model_validate_json(self.checkpoint_path.read_bytes())
+
+    def day_files(self) -> list[Path]:
+        return [p for p in self.directory.iterdir() if DAY_FILE.match(p.name)]
+
+    def repair(self, checkpoint: ExportCheckpoint) -> dict[str, int]:
+        """Cut every day file back to its committed size; returns bytes removed per file."""
+        removed: dict[str, int] = {}
+        for path in self.day_files():
+            committed = checkpoint.files.get(path.name, 0)
+            size = path.stat().st_size
+            if size > committed:
+                removed[path.name] = size - committed
+                if committed == 0:
+                    path.unlink()
+                else:
+                    with path.open("r+b") as handle:
+                        handle.truncate(committed)
+                        handle.flush()
+                        os.fsync(handle.fileno())
+            elif size < committed:
+                raise InputError(
+                    "output_dir",
+                    str(self.directory),
+                    f"{path.name} is shorter ({size} bytes) than the checkpoint says it was "
+                    f"committed with ({committed} bytes): the file was edited or truncated",
+                )
+        if removed:
+            _fsync_directory(self.directory)
+        return removed
+
+    def append_page(
+        self, checkpoint: ExportCheckpoint, entries: list[EventLogEntry]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Write ``entries`` durably; returns the new committed sizes and line counts."""
+        grouped: dict[str, list[bytes]] = defaultdict(list)
+        for entry in entries:
+            grouped[day_file_name(entry)].append(entry_line(entry))
+        sizes = dict(checkpoint.files)
+        lines = dict(checkpoint.lines)
+        for name, rows in grouped.items():
+            path = self.directory / name
+            with path.open("ab") as handle:
+                handle.write(b"".join(rows))
+                handle.flush()
+                os.fsync(handle.fileno())
+                sizes[name] = handle.tell()
+            lines[name] = lines.get(name, 0) + len(rows)
+        if grouped:
+            _fsync_directory(self.directory)
+        return sizes, lines
+
+    def commit(self, checkpoint: ExportCheckpoint) -> None:
+        """Replace the checkpoint atomically (write, fsync, rename, fsync the directory)."""
+        temporary = self.checkpoint_path.with_suffix(".json.tmp")
+        with temporary.open("wb") as handle:
+            handle.write(checkpoint.model_dump_json(indent=1).encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.checkpoint_path)
+        _fsync_directory(self.directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a created, removed or renamed entry durable (POSIX; a no-op where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,116 @@
+"""export_event_log: JSON Lines per UTC day, exactly once across runs and crashes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compliance_api.errors import InputError
+from flows.event_log_export import export_event_log
+from sandbox.runner import SandboxHandle
+from tasks.jsonl_export import CHECKPOINT_FILE, DayFileExport
+from tests.readflows.conftest import calls, no_calls
+
+pytestmark = pytest.mark.usefixtures("reads_env")
+
+LOGS = "GET /v1/event-logs"
+
+
+def exported(directory: Path) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("event-log-*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            assert path.name == f"event-log-{record['date'][:10]}.jsonl"  # its own UTC day
+            lines.append(record)
+    return lines
+
+
+async def test_export_writes_every_entry_once_and_appends_only_new_ones(
+    reads_env: SandboxHandle, tmp_path: Path
+) -> None:
+    log = reads_env.sandbox.tiers["commercial"].dataset.events
+    out = tmp_path / "audit"
+    first = await export_event_log(output_dir=str(out), page_size=25)
+    records = exported(out)
+    assert first.written == len(records) == len(log)
+    assert [r["id"] for r in records] == [e["id"] for e in log]  # log order, nothing twice
+    assert records[0] == log[0]  # the entry as the API returned it
+    assert calls(reads_env, LOGS) == first.pages == len(log) // 25
+    assert sum(first.files.values()) == len(log)
+
+    again = await export_event_log(output_dir=str(out))
+    assert again.written == 0 and len(exported(out)) == len(log)
+
+    joined = reads_env.control.inject("person_joined", display_name="New Auditor")
+    latest = await export_event_log(output_dir=str(out), start_date="1999-01-01")
+    records = exported(out)
+    assert latest.written == 1 and records[-1]["id"] == joined["event_log_id"]
+    assert len(records) == len(log) and max(Counter(r["id"] for r in records).values()) == 1
+
+
+async def test_crash_between_write_and_checkpoint_leaves_no_duplicate(
+    reads_env: SandboxHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = reads_env.sandbox.tiers["commercial"].dataset.events[-90:]
+    commits = 0
+    original = DayFileExport.commit
+
+    def dies_on_the_third_commit(self: DayFileExport, checkpoint: Any) -> None:
+        nonlocal commits
+        commits += 1  # 1: the new export's empty checkpoint, 2: page 1, 3: page 2
+        if commits == 3:
+            raise OSError("disk full after writing page 2, before its checkpoint")
+        original(self, checkpoint)
+
+    monkeypatch.setattr(DayFileExport, "commit", dies_on_the_third_commit)
+    with pytest.raises(OSError, match="disk full"):
+        await export_event_log(output_dir=str(tmp_path), start_date=log[0]["date"], page_size=30)
+    assert len(exported(tmp_path)) == 60  # page 2 is on disk but not committed
+
+    monkeypatch.setattr(DayFileExport, "commit", original)
+    rerun = await export_event_log(output_dir=str(tmp_path), page_size=30)
+    assert sum(rerun.repaired_bytes.values()) > 0
+    assert rerun.written == 60
+    assert [r["id"] for r in exported(tmp_path)] == [e["id"] for e in log]
+    checkpoint = json.loads((tmp_path / CHECKPOINT_FILE).read_text())
+    assert checkpoint["log"]["entries_total"] == 90
+
+
+async def test_empty_log_after_start_writes_nothing(
+    reads_env: SandboxHandle, tmp_path: Path
+) -> None:
+    result = await export_event_log(output_dir=str(tmp_path), start_date="2999-01-01")
+    assert result.written == 0 and exported(tmp_path) == []
+    assert calls(reads_env, LOGS) == 1
+
+
+@pytest.mark.parametrize(
+    ("parameters", "field"),
+    [
+        ({"start_date": "01/02/2025"}, "start_date"),
+        ({"page_size": 0}, "page_size"),
+        ({"max_pages": -3}, "max_pages"),
+        ({"output_dir": ""}, "output_dir"),
+    ],
+)
+async def test_bad_input_fails_before_any_call(
+    reads_env: SandboxHandle, tmp_path: Path, parameters: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        await export_event_log(**{"output_dir": str(tmp_path), **parameters})
+    assert caught.value.field == field
+    assert no_calls(reads_env)
+
+
+async def test_foreign_files_without_checkpoint_are_refused(
+    reads_env: SandboxHandle, tmp_path: Path
+) -> None:
+    (tmp_path / "event-log-2025-01-01.jsonl").write_text('{"id": "someone else"}\n')
+    with pytest.raises(InputError, match="no checkpoint.json"):
+        await export_event_log(output_dir=str(tmp_path))
+    assert no_calls(reads_env)
