@@ -51,6 +51,11 @@ class SandboxControl:
     def seed(self) -> dict[str, Any]:
         return dict(self._call("GET", "/seed"))
 
+    def issued_credentials(self) -> dict[str, list[str]]:
+        """``{access_tokens, refresh_tokens, client_secrets}`` handed out since the sandbox
+        started (resets included): the literal values a secret scan looks for."""
+        return dict(self._call("GET", "/issued-credentials"))
+
     def apps(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/apps"))
 

@@ -8,8 +8,9 @@ act on the whole sandbox (applications know their tier).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -32,6 +33,37 @@ EVENT_KINDS = (
 SYSTEM_ACTOR = {"id": "system", "type": "SYSTEM"}
 
 
+@dataclass
+class IssuedCredentials:
+    """Every access token, refresh token and client secret this sandbox has handed out since it
+    started, kept across resets, so a test can scan logs and databases for the literal values
+    (``GET /_sandbox/issued-credentials``)."""
+
+    access_tokens: set[str] = field(default_factory=set)
+    refresh_tokens: set[str] = field(default_factory=set)
+    client_secrets: set[str] = field(default_factory=set)
+
+    def harvest(self, sandbox: Sandbox) -> None:
+        for tier in sandbox.tiers.values():
+            self.access_tokens.update(tier.tokens.access)
+            self.refresh_tokens.update(tier.tokens.refresh_tokens)
+        self.client_secrets.update(app.client_secret for app in sandbox.registry.apps.values())
+
+    def public(self) -> dict[str, list[str]]:
+        return {
+            "access_tokens": sorted(self.access_tokens),
+            "refresh_tokens": sorted(self.refresh_tokens),
+            "client_secrets": sorted(self.client_secrets),
+        }
+
+
+_issued: weakref.WeakKeyDictionary[Sandbox, IssuedCredentials] = weakref.WeakKeyDictionary()
+
+
+def issued_credentials(sandbox: Sandbox) -> IssuedCredentials:
+    return _issued.setdefault(sandbox, IssuedCredentials())
+
+
 def control_router(sandbox: Sandbox, tier: Tier, table: Callable[[], RouteTable]) -> APIRouter:
     router = APIRouter(prefix="/_sandbox")
 
@@ -52,8 +84,15 @@ def control_router(sandbox: Sandbox, tier: Tier, table: Callable[[], RouteTable]
 
     @router.post("/reset")
     async def reset() -> Response:
+        issued_credentials(sandbox).harvest(sandbox)  # before the reset forgets them
         sandbox.reset()
         return json_response({"status": "reset"})
+
+    @router.get("/issued-credentials")
+    async def issued() -> Response:
+        record = issued_credentials(sandbox)
+        record.harvest(sandbox)
+        return json_response(record.public())
 
     @router.get("/apps")
     async def apps() -> Response:
@@ -64,6 +103,7 @@ def control_router(sandbox: Sandbox, tier: Tier, table: Callable[[], RouteTable]
         owner = app_tier(client_id)
         app = sandbox.registry.rotate_secret(client_id)
         revoked = owner.tokens.secret_rotated(app)
+        issued_credentials(sandbox).harvest(sandbox)
         return json_response(
             {"client_id": client_id, "client_secret": app.client_secret, "revoked_tokens": revoked}
         )

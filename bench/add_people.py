@@ -1,0 +1,350 @@
+"""Bulk add-people: the Prefect flow vs a plain asyncio + httpx script, side by side.
+
+    uv run --no-sync python -m bench.add_people [--sizes 10000 100000] [--concurrency 8]
+        [--latency-ms 100] [--repeats 1] [--profile]
+
+Both sides read the same CSV of person ids, send chunks of 100 to one group with the same
+concurrency and mint one token. Each run is a fresh child process against the same sandbox
+process (reset between runs) and one Prefect server; runs alternate plain/flow so a load spike
+on the machine hits both. Reported per size: wall time, time to the first request and to the
+first add-people call (sampled from the sandbox's counters), API calls (must be ceil(N/100)),
+token mints (must be 1), per-person adds (each exactly 1) and peak RSS; across sizes the
+marginal cost ratio (T_flow(big) - T_flow(small)) / (T_plain(big) - T_plain(small)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    ADD_PEOPLE_ROUTE,
+    DEMO_CLIENT_ID,
+    ChildRun,
+    child_env,
+    emit_result,
+    peak_rss_mb,
+    prefect_server,
+    ratio,
+    run_child,
+    sandbox_process,
+    use_bytecode_cache,
+)
+
+CHUNK = 100
+BENCH_TOKEN_LIMIT = "bench-token-endpoint"
+SCOPE = "service-api.all:read service-api.all:write"
+
+
+# --------------------------------------------------------------------------- the two children
+def read_people(path: str) -> list[str]:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        return [row["person_id"].strip() for row in csv.DictReader(handle)]
+
+
+async def plain_add_people(
+    base_url: str, group: str, path: str, concurrency: int
+) -> dict[str, Any]:
+    """What a competent engineer writes without Prefect: one client, a semaphore, 100 per call."""
+    import os
+
+    import httpx
+
+    people = read_people(path)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60) as http:
+        grant = await http.post(
+            "/oauth/token",
+            json={
+                "grant_type": "client_credentials",
+                "client_id": os.environ["COMPLIANCE_CLIENT_ID"],
+                "client_secret": os.environ["COMPLIANCE_CLIENT_SECRET"],
+                "scope": SCOPE,
+            },
+        )
+        grant.raise_for_status()
+        headers = {"Authorization": f"Bearer {grant.json()['access_token']}"}
+        gate = asyncio.Semaphore(concurrency)
+        outcomes = {"SUCCESS": 0, "ERROR": 0}
+
+        async def send(chunk: list[str]) -> None:
+            async with gate:
+                response = await http.post(
+                    f"/v1/groups/{group}/add-people",
+                    json={"updates": [{"id": person} for person in chunk]},
+                    headers=headers,
+                )
+            response.raise_for_status()
+            for item in response.json()["results"]:
+                outcomes["SUCCESS" if item["status"] == "SUCCESS" else "ERROR"] += 1
+
+        chunks = [people[i : i + CHUNK] for i in range(0, len(people), CHUNK)]
+        await asyncio.gather(*(send(chunk) for chunk in chunks))
+    return {"succeeded": outcomes["SUCCESS"], "failed": outcomes["ERROR"]}
+
+
+async def flow_add_people(group: str, path: str, concurrency: int) -> dict[str, Any]:
+    from flows.group_membership import add_people_to_groups
+    from tasks.outcomes import ItemsFailed, Outcome
+
+    state = await add_people_to_groups(
+        group_ids=[group], input_file=path, concurrency=concurrency, return_state=True
+    )
+    summary = await state.result(raise_on_failure=False)
+    if isinstance(summary, ItemsFailed):
+        summary = summary.summary
+    return {
+        "state": state.type.value,
+        "succeeded": summary.counts.get(Outcome.SUCCEEDED, 0),
+        "failed": summary.failed,
+    }
+
+
+def child_main(args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    if args.mode == "plain":
+        coro = plain_add_people(args.base_url, args.group, args.file, args.concurrency)
+    else:
+        coro = flow_add_people(args.group, args.file, args.concurrency)
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        outcome = profiler.runcall(asyncio.run, coro)
+        profiler.dump_stats(args.profile)
+    else:
+        outcome = asyncio.run(coro)
+    outcome.update(peak_rss_mb=peak_rss_mb(), inside_seconds=time.perf_counter() - started)
+    emit_result(outcome)
+
+
+# --------------------------------------------------------------------------- the orchestrator
+def write_people_file(directory: Path, people: list[str]) -> str:
+    path = directory / f"people-{len(people)}.csv"
+    path.write_text("person_id\n" + "\n".join(people) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _measure(
+    mode: str,
+    size: int,
+    people_file: str,
+    group: str,
+    concurrency: int,
+    sandbox: Any,
+    api_url: str,
+    profile: str | None = None,
+    no_bytecode_cache: bool = False,
+) -> dict[str, Any]:
+    sandbox.control.reset()
+    state_dir = tempfile.mkdtemp(prefix=f"bench-{mode}-")
+    env = child_env(sandbox.url, api_url if mode == "flow" else None, state_dir)
+    env["COMPLIANCE_TOKEN_RATE_LIMIT_NAME"] = BENCH_TOKEN_LIMIT
+    if no_bytecode_cache:  # an empty cache that is never written: every module is compiled
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-no-pycache-")
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    command = [sys.executable, "-m", "bench.add_people", "child", mode, "--group", group]
+    command += ["--file", people_file, "--concurrency", str(concurrency)]
+    command += ["--base-url", sandbox.url]
+    if profile:
+        command += ["--profile", profile]
+    run: ChildRun = run_child(command, env, control=sandbox.control, data_route=ADD_PEOPLE_ROUTE)
+    stats = sandbox.control.stats()
+    adds = stats["group_add_counts"].get(group, {})
+    if run.returncode != 0 or not run.result:
+        raise RuntimeError(f"{mode} child failed ({run.returncode}):\n{run.stderr_tail}")
+    return {
+        "mode": mode,
+        "size": size,
+        "wall_seconds": round(run.wall_seconds, 3),
+        "first_request_seconds": _round(run.first_request_seconds),
+        "first_call_seconds": _round(run.first_data_call_seconds),
+        "api_calls": stats["route_counts"].get(ADD_PEOPLE_ROUTE, 0),
+        "expected_calls": math.ceil(size / CHUNK),
+        "token_mints": stats["token_mints"].get(DEMO_CLIENT_ID, 0),
+        "people_added_once": sum(1 for n in adds.values() if n == 1),
+        "people_added_twice_or_more": sum(1 for n in adds.values() if n > 1),
+        "succeeded": run.result.get("succeeded"),
+        "failed": run.result.get("failed"),
+        "peak_rss_mb": run.result.get("peak_rss_mb"),
+        "other_status": {k: v for k, v in stats["status_counts"].items() if k != "200"},
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
+    """Medians per (mode, size), the marginal ratio and the start-up costs."""
+    import statistics
+
+    def median(mode: str, size: int, key: str) -> float:
+        values = [r[key] for r in runs if r["mode"] == mode and r["size"] == size and r[key]]
+        return statistics.median(values) if values else 0.0
+
+    small, big = min(sizes), max(sizes)
+    flow_delta = median("flow", big, "wall_seconds") - median("flow", small, "wall_seconds")
+    plain_delta = median("plain", big, "wall_seconds") - median("plain", small, "wall_seconds")
+
+    def all_sizes(mode: str, key: str) -> float:
+        values = [r[key] for r in runs if r["mode"] == mode and r[key] is not None]
+        return round(statistics.median(values), 3) if values else 0.0
+
+    def calls_phase(mode: str, size: int) -> float:
+        """Wall time after the first add-people call: the start-up (noisy) left out."""
+        values = [
+            r["wall_seconds"] - r["first_call_seconds"]
+            for r in runs
+            if r["mode"] == mode and r["size"] == size and r["first_call_seconds"] is not None
+        ]
+        return statistics.median(values) if values else 0.0
+
+    startup = {
+        mode: {
+            "first_request_seconds": all_sizes(mode, "first_request_seconds"),
+            "first_call_seconds": all_sizes(mode, "first_call_seconds"),
+        }
+        for mode in ("plain", "flow")
+    }
+    flow_calls = calls_phase("flow", big) - calls_phase("flow", small)
+    plain_calls = calls_phase("plain", big) - calls_phase("plain", small)
+    checks = {
+        "calls_equal_ceil_n_over_100": all(r["api_calls"] == r["expected_calls"] for r in runs),
+        "one_token_mint_per_run": all(r["token_mints"] == 1 for r in runs),
+        "every_person_added_exactly_once": all(
+            r["people_added_once"] == r["size"] and not r["people_added_twice_or_more"]
+            for r in runs
+        ),
+    }
+    return {
+        "sizes": [small, big],
+        "marginal_ratio": ratio(flow_delta, plain_delta),
+        "marginal_target": 1.15,
+        "marginal_ratio_after_first_call": ratio(flow_calls, plain_calls),
+        "flow_marginal_seconds": round(flow_delta, 3),
+        "plain_marginal_seconds": round(plain_delta, 3),
+        "fixed_startup": startup,
+        "startup_extra_seconds": round(
+            startup["flow"]["first_call_seconds"] - startup["plain"]["first_call_seconds"], 3
+        ),
+        "checks": checks,
+    }
+
+
+def run(
+    sizes: list[int],
+    *,
+    concurrency: int = 8,
+    latency_ms: float = 100.0,
+    repeats: int = 1,
+    profile: bool = False,
+) -> dict[str, Any]:
+    scale = max(1, math.ceil(max(sizes) / 500))
+    workdir = Path(tempfile.mkdtemp(prefix="bench-add-people-"))
+    runs: list[dict[str, Any]] = []
+    profile_text = None
+    use_bytecode_cache()
+    with sandbox_process(scale=scale, latency_ms=latency_ms) as sandbox, prefect_server() as api:
+        asyncio.run(_bench_token_limit())
+        seed = sandbox.control.seed()
+        group, people = seed["groups"][0], seed["people"]
+        if len(people) < max(sizes):
+            raise RuntimeError(f"the sandbox has {len(people)} people; need {max(sizes)}")
+        files = {size: write_people_file(workdir, people[:size]) for size in sizes}
+        warm = write_people_file(workdir, people[:CHUNK])
+        for mode in ("plain", "flow"):  # fills the bytecode cache and warms the server
+            _measure(mode, CHUNK, warm, group, concurrency, sandbox, api)
+        cold = _measure("flow", CHUNK, warm, group, concurrency, sandbox, api, None, True)
+        for repeat in range(repeats):
+            order = ("plain", "flow") if repeat % 2 == 0 else ("flow", "plain")
+            for size in sizes:
+                for mode in order:
+                    result = _measure(mode, size, files[size], group, concurrency, sandbox, api)
+                    print(json.dumps(result), file=sys.stderr, flush=True)  # noqa: T201
+                    runs.append(result)
+        if profile:
+            target = str(workdir / "flow.prof")
+            _measure(
+                "flow", max(sizes), files[max(sizes)], group, concurrency, sandbox, api, target
+            )
+            profile_text = top_functions(target)
+    return {
+        "config": {
+            "sizes": sizes,
+            "concurrency": concurrency,
+            "latency_ms": latency_ms,
+            "repeats": repeats,
+            "sandbox_scale": scale,
+        },
+        "runs": runs,
+        "summary": summarize(runs, sizes),
+        "no_bytecode_cache_flow_run": cold,
+        "profile": profile_text,
+    }
+
+
+async def _bench_token_limit() -> None:
+    """A token-endpoint limit for the bench: the sandbox (and its token budget) is reset
+    between runs, so consecutive runs must not wait out the production bucket's 15 s slot."""
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        await client.upsert_global_concurrency_limit_by_name(
+            BENCH_TOKEN_LIMIT, limit=5, slot_decay_per_second=5 / 60
+        )
+
+
+def top_functions(path: str, limit: int = 25) -> str:
+    import io
+    import pstats
+
+    out = io.StringIO()
+    stats = pstats.Stats(path, stream=out)
+    stats.sort_stats("cumulative").print_stats(limit)
+    stats.sort_stats("tottime").print_stats(limit)
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "child":
+        parser = argparse.ArgumentParser(prog="bench.add_people child")
+        parser.add_argument("mode", choices=["plain", "flow"])
+        parser.add_argument("--group", required=True)
+        parser.add_argument("--file", required=True)
+        parser.add_argument("--concurrency", type=int, default=8)
+        parser.add_argument("--base-url", required=True)
+        parser.add_argument("--profile", default=None)
+        child_main(parser.parse_args(argv[1:]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs=2, default=[10_000, 100_000])
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--latency-ms", type=float, default=100.0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--profile", action="store_true", help="cProfile one extra big flow run")
+    args = parser.parse_args(argv)
+    result = run(
+        args.sizes,
+        concurrency=args.concurrency,
+        latency_ms=args.latency_ms,
+        repeats=args.repeats,
+        profile=args.profile,
+    )
+    profile = result.pop("profile")
+    print(json.dumps(result, indent=2))  # noqa: T201
+    if profile:
+        print(profile)  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""What every benchmark shares: the sandbox in its own process, a Prefect server, child
+processes that are timed from the outside, and the machine's description.
+
+Client and server never share an interpreter: the sandbox runs as ``python -m sandbox`` and the
+code under test runs in a fresh child process, so a child's wall time includes everything an
+operator pays for (interpreter start, imports, the Prefect flow run) and its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from sandbox.control import SandboxControl
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_CLIENT_ID = "demo-manage"
+DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"
+ADD_PEOPLE_ROUTE = "POST /v1/groups/{groupId}/add-people"
+#: a line a child prints last: ``BENCH-RESULT {json}``
+RESULT_MARKER = "BENCH-RESULT "
+#: where the children's bytecode is cached (see :func:`use_bytecode_cache`)
+PYCACHE = Path(tempfile.gettempdir()) / "compliance-flows-bench-pycache"
+#: whether this environment had turned bytecode caching off (recorded in RESULTS.md)
+BYTECODE_DISABLED_BY_ENV = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+
+
+def use_bytecode_cache(env: MutableMapping[str, str] | None = None) -> None:
+    """Let processes cache compiled bytecode, as any installed deployment does.
+
+    This environment sets PYTHONDONTWRITEBYTECODE=1 and uv does not compile at install, so
+    without this every process would compile ~1,000 Prefect modules from source on start-up
+    (seconds of CPU that no real deployment pays). The cache goes to a private directory, so
+    the shared virtual environment is left untouched.
+    """
+    target = os.environ if env is None else env
+    target.pop("PYTHONDONTWRITEBYTECODE", None)
+    target["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on; RESULTS.md prints it above the tables."""
+    memory = psutil.virtual_memory()
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpus": os.cpu_count(),
+        "ram_gb": round(memory.total / 2**30, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "prefect": metadata.version("prefect"),
+        "httpx": metadata.version("httpx"),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "bytecode_disabled_by_env": BYTECODE_DISABLED_BY_ENV,
+    }
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size.
+
+    ``VmHWM`` first: Linux carries ``ru_maxrss`` across ``execve``, so a child started by a big
+    parent would report the parent's peak.
+    """
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def emit_result(result: dict[str, Any]) -> None:
+    """The child's last line, parsed by :func:`run_child`."""
+    print(RESULT_MARKER + json.dumps(result), flush=True)  # noqa: T201
+
+
+@dataclass
+class SandboxProcess:
+    """A ``python -m sandbox`` child on free ports."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    control: SandboxControl = field(repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@contextlib.contextmanager
+def sandbox_process(
+    *, scale: int = 1, latency_ms: float = 0.0, extra: list[str] | None = None
+) -> Iterator[SandboxProcess]:
+    port, gov_port = free_port(), free_port()
+    command = [sys.executable, "-m", "sandbox", "--port", str(port), "--gov-port", str(gov_port)]
+    command += ["--scale", str(scale), "--latency-ms", str(latency_ms), "--log-level", "warning"]
+    command += extra or []
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    control = SandboxControl(url, timeout=120)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                httpx.get(f"{url}/_sandbox/health", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the sandbox ({' '.join(command)}) did not start") from None
+                time.sleep(0.1)
+        yield SandboxProcess(url, process, control)
+    finally:
+        control.close()
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def prefect_server() -> Iterator[str]:
+    """A temporary Prefect server (its own database) for the children; yields PREFECT_API_URL.
+
+    ``prefect_test_harness`` runs the server as a subprocess, so the children talk to it over
+    HTTP exactly as they would to ``prefect server start``.
+    """
+    home = tempfile.mkdtemp(prefix="compliance-bench-prefect-")
+    os.environ.setdefault("PREFECT_HOME", home)
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ["PREFECT_CLI_PROMPT"] = "false"
+    # the server logs a traceback when it is stopped while flushing events: noise, not a result
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
+    from prefect.settings import get_current_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield str(get_current_settings().api.url)
+
+
+def child_env(sandbox_url: str, api_url: str | None, state_dir: str) -> dict[str, str]:
+    """The environment of a child that runs the project against the sandbox."""
+    from cryptography.fernet import Fernet
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPLIANCE_", "PREFECT_"))}
+    env.update(
+        {
+            "COMPLIANCE_BASE_URL": sandbox_url,
+            "COMPLIANCE_CLIENT_ID": DEMO_CLIENT_ID,
+            "COMPLIANCE_CLIENT_SECRET": DEMO_CLIENT_SECRET,
+            "COMPLIANCE_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode(),
+            "COMPLIANCE_APPLICATION_TYPE": "manage",
+            "COMPLIANCE_STATE_DIR": state_dir,
+            "PREFECT_HOME": os.path.join(state_dir, "prefect-home"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_CLI_PROMPT": "false",
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+            "PYTHONPATH": str(REPO),
+        }
+    )
+    use_bytecode_cache(env)
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
+
+
+@dataclass
+class ChildRun:
+    """A child process timed from the outside."""
+
+    wall_seconds: float
+    returncode: int
+    result: dict[str, Any]
+    first_request_seconds: float | None
+    first_data_call_seconds: float | None
+    stderr_tail: str
+
+
+def _first_calls(
+    stats: Callable[[], dict[str, Any]], data_route: str | None, started: float
+) -> tuple[float | None, float | None]:
+    """Seconds from launch to the first request (any) and to the first call of ``data_route``.
+
+    Samples the sandbox's counters every ~10 ms from this process, so the child is not touched.
+    """
+    first_any = first_data = None
+    snapshot = stats()
+    if snapshot["requests_total"]:
+        first_any = 0.0
+    while True:
+        snapshot = stats()
+        now = time.perf_counter() - started
+        if first_any is None and snapshot["requests_total"]:
+            first_any = now
+        if data_route is None or snapshot["route_counts"].get(data_route):
+            first_data = now if data_route else None
+            return first_any, first_data
+        time.sleep(0.01)
+
+
+def run_child(
+    command: list[str],
+    env: dict[str, str],
+    *,
+    control: SandboxControl | None = None,
+    data_route: str | None = None,
+    timeout: float = 1800,
+) -> ChildRun:
+    """Run a child to its end; with ``control``, watch the sandbox for its first calls."""
+    baseline = control.stats()["requests_total"] if control else 0
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err)
+        first_any = first_data = None
+        if control is not None:
+
+            def stats() -> dict[str, Any]:
+                if process.poll() is not None:
+                    raise ChildExited
+                snapshot = control.stats()
+                snapshot["requests_total"] -= baseline
+                return snapshot
+
+            with contextlib.suppress(ChildExited):
+                first_any, first_data = _first_calls(stats, data_route, started)
+        try:
+            returncode = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+    result: dict[str, Any] = {}
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_MARKER):
+            result = json.loads(line[len(RESULT_MARKER) :])
+    return ChildRun(wall, returncode, result, first_any, first_data, stderr[-4000:])
+
+
+class ChildExited(Exception):
+    pass
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    return round(numerator / denominator, 3) if denominator else None

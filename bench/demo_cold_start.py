@@ -1,0 +1,180 @@
+"""Demo cold start: ``make demo`` (sandbox + temporary Prefect server + the main job) from a
+fresh interpreter, next to a plain httpx script that starts the same sandbox and makes the
+demo's write calls itself.
+
+    uv run --no-sync python -m bench.demo_cold_start [--repeats 1]
+
+A third child times the phases of the project's start-up on their own (importing Prefect and
+the flows, starting the sandbox, starting the Prefect server), so the report can say where the
+demo's wall time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench.common import (
+    DEMO_CLIENT_ID,
+    REPO,
+    emit_result,
+    peak_rss_mb,
+    ratio,
+    run_child,
+    use_bytecode_cache,
+)
+
+SCOPE = "service-api.all:read service-api.all:write"
+
+
+# --------------------------------------------------------------------------- children
+async def _plain_calls(url: str, seed: dict[str, Any]) -> int:
+    """Roughly the demo's writes: 4 promotions, 251 people x 2 groups, 3 account patches,
+    3 questionnaires routed (2 patches each) and 2 approved, 3 document links."""
+    import httpx
+
+    calls = 0
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        grant = await http.post(
+            "/oauth/token",
+            json={
+                "grant_type": "client_credentials",
+                "client_id": DEMO_CLIENT_ID,
+                "client_secret": "demo-manage-secret-not-real",
+                "scope": SCOPE,
+            },
+        )
+        headers = {"Authorization": f"Bearer {grant.json()['access_token']}"}
+        requests: list[tuple[str, str, Any]] = []
+        for vendor in seed["discovered_vendors"][:4]:
+            requests.append(("POST", f"/v1/discovered-vendors/{vendor}/add-to-managed", None))
+        people = seed["people"][:251]
+        for group in seed["groups"][:2]:
+            for start in range(0, len(people), 100):
+                body = {"updates": [{"id": p} for p in people[start : start + 100]]}
+                requests.append(("POST", f"/v1/groups/{group}/add-people", body))
+        category = next(iter(seed["tags"]))
+        tags = {"tagsByCategory": [{"categoryId": category, "tagIds": seed["tags"][category][:2]}]}
+        for account in seed["accounts"][:3]:
+            requests.append(("PATCH", f"/v1/customer-trust/accounts/{account}", tags))
+        for questionnaire in seed["questionnaires"][:3]:
+            for status in ("IN_REVIEW", "READY_FOR_REVIEW"):
+                path = f"/v1/customer-trust/questionnaires/{questionnaire}"
+                requests.append(("PATCH", path, {"status": status}))
+        for questionnaire in seed["questionnaires"][:2]:
+            path = f"/v1/customer-trust/questionnaires/{questionnaire}/approve"
+            requests.append(("POST", path, {}))
+        for index, document in enumerate(seed["documents"][:3]):
+            body = {"url": f"https://evidence.example/soc2/{index}", "title": f"SOC 2 {index}"}
+            requests.append(("POST", f"/v1/documents/{document}/links", body))
+        for method, path, body in requests:
+            await http.request(method, path, json=body, headers=headers)
+            calls += 1
+    return calls
+
+
+def plain_child() -> None:
+    from sandbox.runner import run_sandbox_in_thread
+
+    with run_sandbox_in_thread(seed=42) as sandbox:
+        calls = asyncio.run(_plain_calls(sandbox.url, sandbox.control.seed()))
+    emit_result({"calls": calls, "peak_rss_mb": peak_rss_mb()})
+
+
+def phases_child() -> None:
+    """Each start-up phase of the demo, timed on its own, in the demo's order."""
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    import prefect  # noqa: F401
+    from prefect.testing.utilities import prefect_test_harness
+
+    import flows.account_tags  # noqa: F401
+    import flows.document_links  # noqa: F401
+    import flows.group_membership  # noqa: F401
+    import flows.promote_vendors  # noqa: F401
+    import flows.questionnaires  # noqa: F401
+    import flows.rerun  # noqa: F401
+
+    timings["import_prefect_and_flows"] = time.perf_counter() - started
+    mark = time.perf_counter()
+    from sandbox.runner import run_sandbox_in_thread
+
+    with run_sandbox_in_thread(seed=42):
+        timings["sandbox_start"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        with prefect_test_harness(server_startup_timeout=120):
+            timings["prefect_server_start"] = time.perf_counter() - mark
+            mark = time.perf_counter()
+        timings["prefect_server_stop"] = time.perf_counter() - mark
+    emit_result({key: round(value, 3) for key, value in timings.items()})
+
+
+# --------------------------------------------------------------------------- orchestrator
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPLIANCE_", "PREFECT_"))}
+    env.update(
+        PREFECT_HOME=tempfile.mkdtemp(prefix="bench-demo-"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_CLI_PROMPT="false",
+        PYTHONPATH=str(REPO),
+    )
+    use_bytecode_cache(env)
+    return env
+
+
+def run(repeats: int = 1) -> dict[str, Any]:
+    demo_walls, plain_walls, phases = [], [], []
+    demo_ok = True
+    for _ in range(repeats):
+        demo = run_child([sys.executable, "-m", "deployments.demo"], _env(), timeout=900)
+        demo_ok = demo_ok and demo.returncode == 0
+        demo_walls.append(demo.wall_seconds)
+        plain = run_child([sys.executable, "-m", "bench.demo_cold_start", "plain"], _env())
+        if plain.returncode:
+            raise RuntimeError(f"plain child failed:\n{plain.stderr_tail}")
+        plain_walls.append(plain.wall_seconds)
+        phase = run_child([sys.executable, "-m", "bench.demo_cold_start", "phases"], _env())
+        if phase.returncode:
+            raise RuntimeError(f"phases child failed:\n{phase.stderr_tail}")
+        phases.append(phase.result)
+    demo_wall = statistics.median(demo_walls)
+    plain_wall = statistics.median(plain_walls)
+    phase_medians = {key: round(statistics.median(p[key] for p in phases), 2) for key in phases[0]}
+    start_up = sum(
+        phase_medians[k]
+        for k in ("import_prefect_and_flows", "sandbox_start", "prefect_server_start")
+    )
+    return {
+        "repeats": repeats,
+        "demo_exit_ok": demo_ok,
+        "demo_wall_seconds": round(demo_wall, 2),
+        "plain_wall_seconds": round(plain_wall, 2),
+        "demo_to_plain_ratio": ratio(demo_wall, plain_wall),
+        "phases_seconds": phase_medians,
+        "startup_share_of_demo": ratio(start_up, demo_wall),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["plain"]:
+        plain_child()
+        return
+    if argv[:1] == ["phases"]:
+        phases_child()
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args.repeats), indent=2))  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Fault-tolerance tests: the sandbox's fault injection against the real flows.
+
+Every scenario ends with the same four proofs, read from the sandbox's per-item counters:
+0 items lost, 0 items applied twice, every permanent failure reported with a rerun input (and
+the rerun finishes the job), and no lock held by a dead process for more than 60 s.
+
+Selection: every test here is marked ``chaos``. The fast ones run in the default ``pytest``
+(``make test``); the slow ones are also marked ``slow`` and run only with
+``CHAOS_FULL=1 uv run --no-sync pytest -m chaos``.
+
+Task retry waits are set to zero (the declared counts and conditions stay), and the data
+client's own retries are off (``COMPLIANCE_MAX_RETRIES=0``) unless a scenario turns them on,
+so faults reach the Prefect task retries under test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.runner import SandboxHandle
+from tasks import accounts, documents, groups, questionnaires, vendors
+from tasks.connection import forget_brokers
+from tasks.outcomes import ItemsFailed, RunSummary
+
+CHAOS_TOKEN_LIMIT = "chaos-token-endpoint"
+ADD_PEOPLE = "POST /v1/groups/{groupId}/add-people"
+ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
+CREATE_LINK = "POST /v1/documents/{documentId}/links"
+REPO = Path(__file__).resolve().parents[2]
+#: child processes may cache bytecode here (this environment turns caching off; without it
+#: every child compiles Prefect from source, seconds of CPU per start)
+PYCACHE = Path(tempfile.gettempdir()) / "compliance-flows-test-pycache"
+
+WRITE_TASKS = [
+    vendors.promote_discovered_vendor,
+    groups.add_people_to_group,
+    accounts.update_account,
+    questionnaires.update_questionnaire,
+    questionnaires.approve_questionnaire,
+    documents.create_document_link,
+]
+
+FULL = os.environ.get("CHAOS_FULL") == "1"
+slow = pytest.mark.skipif(not FULL, reason="slow chaos scenario: set CHAOS_FULL=1")
+
+
+@pytest.fixture(scope="session")
+async def chaos_token_limit(prefect_server: None) -> str:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        await client.upsert_global_concurrency_limit_by_name(
+            CHAOS_TOKEN_LIMIT, limit=100, slot_decay_per_second=100.0
+        )
+    return CHAOS_TOKEN_LIMIT
+
+
+@pytest.fixture
+def chaos_env(
+    chaos_token_limit: str,
+    sandbox_reset: SandboxHandle,
+    manage_env: SandboxHandle,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[SandboxHandle]:
+    monkeypatch.setenv("COMPLIANCE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", chaos_token_limit)
+    monkeypatch.setenv("COMPLIANCE_MAX_RETRIES", "0")
+    for task in WRITE_TASKS:
+        monkeypatch.setattr(task, "retry_delay_seconds", [0.0])
+        monkeypatch.setattr(task, "retry_jitter_factor", None)
+    forget_brokers()
+    yield sandbox_reset
+    sandbox_reset.control.clear_faults()
+    forget_brokers()
+
+
+@pytest.fixture(scope="session")
+def seed(sandbox: SandboxHandle) -> dict[str, Any]:
+    return sandbox.control.seed()
+
+
+async def run_flow(flow: Any, **parameters: Any) -> tuple[Any, RunSummary]:
+    state = await flow(**parameters, return_state=True)
+    result = await state.result(raise_on_failure=False)
+    if isinstance(result, ItemsFailed):
+        return state, result.summary
+    assert isinstance(result, RunSummary), f"unexpected result {result!r} ({state.message})"
+    return state, result
+
+
+def run_id(state: Any) -> str:
+    return str(state.state_details.flow_run_id)
+
+
+def stats(sandbox: SandboxHandle) -> dict[str, Any]:
+    return sandbox.control.stats()
+
+
+def group_adds(sandbox: SandboxHandle, group: str) -> dict[str, int]:
+    return dict(stats(sandbox)["group_add_counts"].get(group, {}))
+
+
+def write_counts(sandbox: SandboxHandle, kind: str) -> dict[str, int]:
+    return dict(stats(sandbox)["write_counts"][kind])
+
+
+# --------------------------------------------------------------------------- child processes
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This test's environment (sandbox, credentials, state dir) plus the harness's API URL."""
+    from prefect.settings import get_current_settings
+
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(
+        PYTHONPYCACHEPREFIX=str(PYCACHE),
+        PYTHONPATH=str(REPO),
+        PREFECT_API_URL=str(get_current_settings().api.url),
+        PREFECT_LOGGING_LEVEL="WARNING",
+    )
+    env.update(extra or {})
+    return env
+
+
+def start_child(code: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(
+    condition: Callable[[], bool], child: subprocess.Popen[str], *, timeout: float = 180
+) -> None:
+    """Until ``condition`` holds; fails with the child's output if it exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if child.poll() is not None:
+            out, err = child.communicate()
+            raise AssertionError(f"child exited ({child.returncode}) early:\n{out}\n{err[-3000:]}")
+        if time.monotonic() > deadline:
+            child.kill()
+            raise AssertionError("timed out waiting for the child")
+        time.sleep(0.05)
+
+
+def kill_hard(child: subprocess.Popen[str]) -> None:
+    """SIGKILL: no cleanup, no finally blocks, no atexit - a crash or an OOM kill."""
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
