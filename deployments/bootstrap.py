@@ -52,12 +52,10 @@ async def ensure_token_rate_limit(name: str | None = None) -> str:
     return f"{verb} global concurrency limit {name!r} ({shape})"
 
 
-# --- deployments engineer: add one async function per resource (work pool, variables,
-# --- automations, ...) returning a one-line description, and list it in STEPS below.
-# The work pool, the variables prefect.yaml reads and the audit-log readers' locks live in
-# deployments/resources.py (the automations come from the triggers in prefect.yaml).
+# The work pool and the variables prefect.yaml reads live in deployments/resources.py; the
+# automations come from the triggers in prefect.yaml; the audit-log readers' run locks are
+# Prefect Variable leases their runs take themselves (tasks/checkpoints.py) and need no setup.
 from deployments.resources import (  # noqa: E402 - kept next to the steps that use them
-    ensure_audit_log_locks,
     ensure_default_variables,
     ensure_project_dir_variable,
     ensure_work_pool,
@@ -68,7 +66,6 @@ STEPS: list[Callable[[], Awaitable[str]]] = [
     ensure_work_pool,
     ensure_project_dir_variable,
     ensure_default_variables,
-    ensure_audit_log_locks,
 ]
 
 

@@ -133,12 +133,3 @@ async def ensure_default_variables() -> str:
     if kept:
         parts.append("kept variables " + ", ".join(kept))
     return "; ".join(parts)
-
-
-async def ensure_audit_log_locks() -> str:
-    """The one-slot limits that keep two bridge (or export) runs from overlapping."""
-    from flows.event_bridge import DEFAULT_LOCK as BRIDGE_LOCK
-    from flows.event_log_export import DEFAULT_LOCK as EXPORT_LOCK
-    from tasks.checkpoints import ensure_run_lock
-
-    return "; ".join([await ensure_run_lock(BRIDGE_LOCK), await ensure_run_lock(EXPORT_LOCK)])

@@ -2,8 +2,9 @@
 
 Runbook:
 
-1. Take the bridge's lock (a Prefect global concurrency limit of 1): an overlapping scheduled run
-   waits for the running one, then finds nothing new; it gives up after ``lock_wait_seconds``.
+1. Take the bridge's lock (a Prefect Variable lease lock, ``tasks/checkpoints.py``): an
+   overlapping scheduled run waits for the running one, then finds nothing new; it gives up
+   after ``lock_wait_seconds``. A killed run's lease runs out within 30 s.
 2. Load the checkpoint from its Prefect Variable (first run: ``start_date``, default "now", so a
    new bridge does not replay months of history into automations unless asked to).
 3. For each page of 100 entries after the checkpoint: build one event per entry (naming rule in
@@ -24,7 +25,6 @@ from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
-from prefect.concurrency.asyncio import AcquireConcurrencySlotTimeoutError
 from pydantic import BaseModel, Field
 
 from compliance_api.errors import InputError
@@ -39,6 +39,7 @@ from tasks.read_filters import (
     check_page_size,
     parse_timestamp,
 )
+from tasks.token_backends import LeaseLockTimeoutError
 
 DEFAULT_CHECKPOINT_VARIABLE = "compliance_event_bridge_checkpoint"
 DEFAULT_LOCK = "compliance-event-bridge"
@@ -101,7 +102,7 @@ async def bridge_event_log(
     check_variable_name("checkpoint_variable", checkpoint_variable)
     check_non_negative("lock_wait_seconds", lock_wait_seconds)
     if not isinstance(lock_name, str) or not lock_name.strip():
-        raise InputError("lock_name", lock_name, "must be the name of a concurrency limit")
+        raise InputError("lock_name", lock_name, "must be a non-empty lock name")
     logger = get_run_logger()
     try:
         async with exclusive_run(lock_name, lock_wait_seconds):
@@ -112,8 +113,8 @@ async def bridge_event_log(
                 max_pages,
                 reset_checkpoint,
             )
-    except AcquireConcurrencySlotTimeoutError:
-        reason = f"another run held {lock_name!r} for more than {lock_wait_seconds:g}s"
+    except LeaseLockTimeoutError as exc:
+        reason = f"another run held {lock_name!r} for more than {lock_wait_seconds:g}s ({exc})"
         logger.warning("Skipped: %s; the next run continues from the checkpoint", reason)
         return BridgeResult(skipped=True, reason=reason)
 

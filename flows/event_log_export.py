@@ -3,8 +3,9 @@
 Runbook:
 
 1. Check the parameters; create ``output_dir`` if needed.
-2. Take the export's locks: a Prefect global concurrency limit (runs on any machine) and a file
-   lock in ``output_dir`` (runs on this machine), so two runs never write the same files.
+2. Take the export's locks: a Prefect Variable lease lock (runs on any machine; a killed run's
+   lease runs out within 30 s) and a file lock in ``output_dir`` (runs on this machine), so two
+   runs never write the same files.
 3. Load ``checkpoint.json`` from ``output_dir`` (first run: ``start_date``, default: the whole
    log) and cut every day file back to the size the checkpoint committed: lines a crashed run
    wrote after its last checkpoint are removed, then read again.
@@ -23,7 +24,6 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
-from prefect.concurrency.asyncio import AcquireConcurrencySlotTimeoutError
 from pydantic import BaseModel, Field
 
 from compliance_api.errors import InputError
@@ -39,6 +39,7 @@ from tasks.read_filters import (
     parse_timestamp,
 )
 from tasks.read_reports import markdown_table, publish_markdown
+from tasks.token_backends import LeaseLockTimeoutError
 
 DEFAULT_LOCK = "compliance-event-log-export"
 
@@ -107,14 +108,16 @@ async def export_event_log(
     page_size = check_page_size(page_size)
     max_pages = check_max_pages(max_pages)
     check_non_negative("lock_wait_seconds", lock_wait_seconds)
+    if not isinstance(lock_name, str) or not lock_name.strip():
+        raise InputError("lock_name", lock_name, "must be a non-empty lock name")
     directory.mkdir(parents=True, exist_ok=True)
     logger = get_run_logger()
     try:
         async with exclusive_run(lock_name, lock_wait_seconds):
             with FileLock(str(directory / LOCK_FILE), timeout=lock_wait_seconds):
                 result = await _export(DayFileExport(directory), first_start, page_size, max_pages)
-    except (AcquireConcurrencySlotTimeoutError, Timeout):
-        reason = f"another export held the lock for more than {lock_wait_seconds:g}s"
+    except (LeaseLockTimeoutError, Timeout) as exc:
+        reason = f"another export held the lock for more than {lock_wait_seconds:g}s ({exc})"
         logger.warning("Skipped: %s; the next run continues from the checkpoint", reason)
         return ExportResult(output_dir=str(directory), skipped=True, reason=reason)
     await _publish(result)

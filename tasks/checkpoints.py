@@ -6,29 +6,31 @@ that last timestamp (to skip them if the cursor ever has to be replaced by ``sta
 
 The bridge keeps its checkpoint in a Prefect Variable (any worker on any machine sees it); the
 export keeps it next to the files it describes (see ``tasks/jsonl_export.py``). Runs of one
-reader are serialized with a Prefect global concurrency limit of 1, whose lease expires if a
-holder dies, so a crashed run never blocks the next one for longer than the lease.
+reader are serialized with a Prefect Variable lease lock (``VariableLeaseLock``, a 30 s lease
+renewed while the run lives), so a crashed run blocks the next one for under 60 s. A global
+concurrency limit cannot promise that: Prefect requires leases of at least 60 s and reclaims
+expired ones only every 15 s.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-from prefect.concurrency.asyncio import concurrency
-from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
 from compliance_api.models import EventLogEntry
+from tasks.token_backends import VariableLeaseLock
 
 #: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
 MAX_BOUNDARY_IDS = 64
-#: seconds a lock holder's lease lives without renewal (renewed while the run is alive)
-LOCK_LEASE_SECONDS = 120.0
+#: the Prefect Variable that holds the run lock ``name`` is ``RUN_LOCK_PREFIX + name``
+RUN_LOCK_PREFIX = "compliance-run-lock-"
+_NOT_IN_VARIABLE_NAMES = re.compile(r"[^a-z0-9_-]+")
 
 
 class EventLogCheckpoint(BaseModel):
@@ -116,39 +118,28 @@ class VariableCheckpointStore:
         await Variable.aunset(self.name)
 
 
-async def ensure_run_lock(name: str) -> str:
-    """Create the global concurrency limit ``name`` with 1 slot if it is missing (idempotent).
+def run_lock_variable(name: str) -> str:
+    """The Variable name for the run lock ``name`` (Prefect allows only ``[a-z0-9_-]``).
 
-    Returns a one-line description, so ``deployments/bootstrap.py`` can call it as a step.
+    A name that had to be changed or shortened gets a hash of the original, so ``"A.b"`` and
+    ``"a-b"`` stay two locks.
     """
-    async with get_client() as client:
-        try:
-            existing = await client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            existing = None
-        if existing is not None:
-            return f"kept global concurrency limit {name!r} (limit {existing.limit})"
-        try:
-            await client.create_global_concurrency_limit(
-                GlobalConcurrencyLimitCreate(name=name, limit=1)
-            )
-        except ObjectAlreadyExists:
-            return f"kept global concurrency limit {name!r} (created concurrently)"
-    return f"created global concurrency limit {name!r} (limit 1)"
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a run lock needs a non-empty name, not {name!r}")
+    slug = _NOT_IN_VARIABLE_NAMES.sub("-", name.lower())
+    if slug != name or len(slug) > 200:
+        slug = f"{slug[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return f"{RUN_LOCK_PREFIX}{slug}"
 
 
 @asynccontextmanager
 async def exclusive_run(name: str, wait_seconds: float) -> AsyncIterator[None]:
-    """Hold the only slot of ``name`` for the body; ``TimeoutError`` if it stays taken.
+    """Hold the run lock ``name`` for the body; ``LeaseLockTimeoutError`` (a ``TimeoutError``)
+    naming the holder if another run keeps it for ``wait_seconds``.
 
-    ``strict=True``: a missing limit would otherwise be skipped silently and runs would overlap.
+    Nothing needs creating beforehand: the lock is the Variable's existence.
     """
-    await ensure_run_lock(name)
-    async with concurrency(
-        name,
-        occupy=1,
-        timeout_seconds=wait_seconds,
-        strict=True,
-        lease_duration=LOCK_LEASE_SECONDS,
+    async with VariableLeaseLock().hold(
+        run_lock_variable(name), wait_seconds=wait_seconds, what=f"the run lock {name!r}"
     ):
         yield

@@ -5,16 +5,19 @@ machines kept on the Prefect server itself (no Redis to run).
   a missing limit is an error naming ``python -m deployments.bootstrap``, never "unthrottled".
 - ``PrefectVariableTokenStore``: the encrypted record (ciphertext only) in a Prefect Variable per
   customer key.
-- ``PrefectVariableLock``: a lease lock made of a Prefect Variable: creating a variable whose name
-  exists fails with 409, so creation is an atomic test-and-set; the holder renews a short lease
-  while it holds the lock, and a dead holder's lease is broken by the next waiter after it
-  expires (deleting by id, so two waiters can never both break it).
+- ``VariableLeaseLock``: a lease lock by name made of a Prefect Variable: creating a variable
+  whose name exists fails with 409, so creation is an atomic test-and-set; the holder renews a
+  short lease while it holds the lock, and a dead holder's lease is broken by the next waiter
+  after it expires (deleting by id, so two waiters can never both break it). The audit-log
+  readers' run lock (``tasks/checkpoints.py``) uses it too.
+- ``PrefectVariableLock``: the token lock per customer key, on top of ``VariableLeaseLock``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -37,6 +40,8 @@ BOOTSTRAP_COMMAND = "python -m deployments.bootstrap"
 STORE_PREFIX = "compliance-token-"  # noqa: S105 - a name prefix
 LOCK_PREFIX = "compliance-token-lock-"  # noqa: S105 - a name prefix
 LEASE_SECONDS = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 class PrefectRateLimiter:
@@ -92,33 +97,32 @@ class PrefectVariableTokenStore:
         return await Variable.aunset(_store_name(key))
 
 
-class PrefectVariableLock:
-    """Cross-machine mutual exclusion per customer key with a lease of ``lease_seconds``."""
+class LeaseLockTimeoutError(TimeoutError):
+    """A ``VariableLeaseLock`` stayed held by another process for the whole wait."""
+
+
+class VariableLeaseLock:
+    """Mutual exclusion by name across machines: a Prefect Variable holding a short lease.
+
+    The holder renews the lease every third of ``lease_seconds`` while it runs; a holder that
+    dies stops renewing, and the first waiter to see the lease expired deletes it (by id, so two
+    waiters cannot both break it) and takes the lock. A dead holder therefore blocks others for
+    at most ``lease_seconds`` plus one poll, with nothing to set up on the server beforehand.
+    """
 
     def __init__(self, lease_seconds: float = LEASE_SECONDS, poll_seconds: float = 0.25) -> None:
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
 
     @asynccontextmanager
-    async def hold(self, key: CustomerKey, *, wait_seconds: float) -> AsyncIterator[None]:
-        name = f"{LOCK_PREFIX}{key.slug}"
-        lock_id = await self._acquire(name, key, wait_seconds)
-        renewer = asyncio.create_task(self._renew(lock_id))
-        try:
+    async def hold(self, name: str, *, wait_seconds: float, what: str) -> AsyncIterator[None]:
+        """Hold the variable ``name`` for the body; ``what`` names the lock in the timeout."""
+        lock_id = await self.acquire(name, wait_seconds=wait_seconds, what=what)
+        async with self.kept(lock_id):
             yield
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
-            await self._delete(lock_id)
 
-    def _lease(self) -> dict[str, Any]:
-        return {
-            "holder": f"pid {os.getpid()} on {socket.gethostname()}",
-            "expires_at": time.time() + self.lease_seconds,
-        }
-
-    async def _acquire(self, name: str, key: CustomerKey, wait_seconds: float) -> UUID:
+    async def acquire(self, name: str, *, wait_seconds: float, what: str) -> UUID:
+        """Create the lock variable, waiting up to ``wait_seconds``; returns its id."""
         deadline = time.monotonic() + wait_seconds
         holder = "an unknown process"
         while True:
@@ -136,22 +140,45 @@ class PrefectVariableLock:
                     await self._delete(current.id)  # a dead holder's lease: break it, by id
                     continue
             if time.monotonic() >= deadline:
-                raise TokenLockTimeoutError(
-                    f"waited {wait_seconds:.0f} s for the token lock of {key.describe()} "
-                    f"(Prefect variable {name}); it is held by {holder}"
+                raise LeaseLockTimeoutError(
+                    f"waited {wait_seconds:.0f} s for {what} (Prefect variable {name}); "
+                    f"it is held by {holder}"
                 )
             await asyncio.sleep(self.poll_seconds)
 
+    @asynccontextmanager
+    async def kept(self, lock_id: UUID) -> AsyncIterator[None]:
+        """Renew the lease of an acquired lock while the body runs, then release it."""
+        renewer = asyncio.create_task(self._renew(lock_id))
+        try:
+            yield
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            await self._delete(lock_id)
+
+    def _lease(self) -> dict[str, Any]:
+        return {
+            "holder": f"pid {os.getpid()} on {socket.gethostname()}",
+            "expires_at": time.time() + self.lease_seconds,
+        }
+
     async def _renew(self, lock_id: UUID) -> None:
+        """Renew until cancelled; a failed renewal is retried at the next tick (two are left
+        before the lease runs out) instead of ending renewal for the rest of the hold."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
-            async with get_client() as client:
-                await client.request(
-                    "PATCH",
-                    "/variables/{id}",
-                    path_params={"id": lock_id},
-                    json={"value": self._lease()},
-                )
+            try:
+                async with get_client() as client:
+                    await client.request(
+                        "PATCH",
+                        "/variables/{id}",
+                        path_params={"id": lock_id},
+                        json={"value": self._lease()},
+                    )
+            except (httpx.HTTPError, OSError) as exc:
+                logger.warning("Could not renew lock lease %s: %s", lock_id, type(exc).__name__)
 
     @staticmethod
     async def _delete(lock_id: UUID) -> None:
@@ -161,3 +188,23 @@ class PrefectVariableLock:
             except httpx.HTTPStatusError as exc:
                 if exc.response.status_code != 404:
                     raise
+
+
+class PrefectVariableLock:
+    """The token lock per customer key: a ``VariableLeaseLock`` named after the key."""
+
+    def __init__(self, lease_seconds: float = LEASE_SECONDS, poll_seconds: float = 0.25) -> None:
+        self.lease = VariableLeaseLock(lease_seconds, poll_seconds)
+
+    @asynccontextmanager
+    async def hold(self, key: CustomerKey, *, wait_seconds: float) -> AsyncIterator[None]:
+        try:
+            lock_id = await self.lease.acquire(
+                f"{LOCK_PREFIX}{key.slug}",
+                wait_seconds=wait_seconds,
+                what=f"the token lock of {key.describe()}",
+            )
+        except LeaseLockTimeoutError as exc:
+            raise TokenLockTimeoutError(str(exc)) from None
+        async with self.lease.kept(lock_id):
+            yield
