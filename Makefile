@@ -14,8 +14,10 @@ $(CURDIR)/.tools/bin/uv:
 	python3 -m venv .tools
 	.tools/bin/python -m pip install --quiet --disable-pip-version-check uv
 
+# --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set, every new process (Prefect server,
+# worker, flow run) would otherwise compile Prefect from source: seconds each.
 .venv/.synced: uv.lock pyproject.toml | $(UV)
-	$(UV) sync --locked --all-groups
+	$(UV) sync --locked --all-groups --compile-bytecode
 	@touch $@
 
 sync: .venv/.synced
