@@ -14,14 +14,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
-from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateResult
-from flows.inputs import Identifier, ItemInput, ParsedItems, collect_records, dedupe, parse_items
+from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateStatus
+from flows.inputs import (
+    Identifier,
+    ItemInput,
+    ParsedItems,
+    bulk_reading,
+    collect_records,
+    dedupe,
+    parse_items,
+)
 from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
-from tasks.groups import add_people_to_group
-from tasks.outcomes import ItemResult, Outcome, RunSummary
+from tasks.groups import PersonAnswer, add_people_to_group
+from tasks.outcomes import AnyResult, Done, ItemResult, Outcome, RunSummary
 
 FLOW_KEY = "add-people-to-groups"
 CHUNK_SIZE = MAX_ADD_PEOPLE
@@ -55,47 +64,38 @@ class GroupMembership(WriteJob[GroupMembershipInput]):
             for start in range(0, len(people), CHUNK_SIZE)
         ]
 
-    def plan(self, unit: Sequence[GroupMembershipInput]) -> list[ItemResult]:
-        return [
-            ItemResult(
-                item=item.label(),
-                outcome=Outcome.PLANNED,
-                reason=f"would add in one call with {len(unit) - 1} other(s)",
-            )
-            for item in unit
-        ]
+    def plan(self, unit: Sequence[GroupMembershipInput]) -> list[Done]:
+        reason = f"would add in one call with {len(unit) - 1} other(s)"
+        return [Done(item.label(), Outcome.PLANNED, reason) for item in unit]
 
     async def apply(
         self, client: ComplianceClient, unit: Sequence[GroupMembershipInput]
-    ) -> list[ItemResult]:
+    ) -> list[AnyResult]:
         group_id = unit[0].group_id
         person_ids = [item.person_id for item in unit]
         try:
             answers = await add_people_to_group(
-                client, group_id, person_ids, chunk_label=f"{len(person_ids)}-people"
+                client, group_id, quote(person_ids), chunk_label=f"{len(person_ids)}-people"
             )
         except Exception as error:  # the whole chunk failed after the task's retries
             return [failure(item, error) for item in unit]
-        matched = _match(unit, answers)
+        matched = _match(person_ids, answers)
         return [_result(item, answer) for item, answer in zip(unit, matched, strict=True)]
 
 
 def _match(
-    unit: Sequence[GroupMembershipInput], answers: list[GroupUpdateResult]
-) -> list[GroupUpdateResult | None]:
+    person_ids: Sequence[str], answers: Sequence[PersonAnswer]
+) -> Sequence[PersonAnswer | None]:
     """The answer for each person: by position (the spec's promise), checked by id."""
-    by_id = {answer.id: answer for answer in answers}
-    matched: list[GroupUpdateResult | None] = []
-    for index, item in enumerate(unit):
-        positional = answers[index] if index < len(answers) else None
-        if positional is not None and positional.id == item.person_id:
-            matched.append(positional)
-        else:
-            matched.append(by_id.get(item.person_id))
-    return matched
+    if len(answers) == len(person_ids) and all(
+        answer[0] == person for answer, person in zip(answers, person_ids, strict=True)
+    ):
+        return answers
+    by_id = {answer[0]: answer for answer in answers}
+    return [by_id.get(person) for person in person_ids]
 
 
-def _result(item: GroupMembershipInput, answer: GroupUpdateResult | None) -> ItemResult:
+def _result(item: GroupMembershipInput, answer: PersonAnswer | None) -> AnyResult:
     if answer is None:
         return ItemResult(
             item=item.label(),
@@ -103,13 +103,14 @@ def _result(item: GroupMembershipInput, answer: GroupUpdateResult | None) -> Ite
             reason="the service's answer had no result for this person",
             rerun_input=item.as_input(),
         )
-    if answer.ok:
-        return ItemResult(item=item.label(), outcome=Outcome.SUCCEEDED, response="SUCCESS")
+    _, status, message = answer
+    if status == GroupUpdateStatus.SUCCESS:
+        return Done(item.label(), Outcome.SUCCEEDED, response="SUCCESS")
     return ItemResult(
         item=item.label(),
         outcome=Outcome.FAILED,
-        reason=answer.message or "the service reported ERROR without a message",
-        response=str(answer.status),
+        reason=message or "the service reported ERROR without a message",
+        response=status,
         rerun_input=item.as_input(),
     )
 
@@ -148,7 +149,8 @@ def read_membership_items(
         if record.get("group_id"):
             expanded.append((where, record))
         elif groups:
-            expanded.extend((where, {**record, "group_id": group}) for group in groups)
+            for group in groups:
+                expanded.append((where, {**record, "group_id": group}))
         else:
             raise InputError(
                 "group_id", None, "is missing and no group_ids were given for the run", item=where
@@ -171,7 +173,8 @@ async def add_people_to_groups(
     reported. Per-person errors (e.g. an unknown person) are collected with the service's
     message; the run is Failed (red) if any person was not added.
     """
-    parsed = read_membership_items(group_ids, person_ids, input_file)
+    with bulk_reading():
+        parsed = read_membership_items(group_ids, person_ids, input_file)
     return await run_write_job(  # type: ignore[return-value]
         GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency
     )

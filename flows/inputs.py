@@ -9,14 +9,17 @@ stops before its first API call and the operator knows exactly what to fix.
 from __future__ import annotations
 
 import csv
+import functools
+import gc
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, StringConstraints, TypeAdapter, ValidationError
 
 from compliance_api.errors import InputError
 
@@ -109,10 +112,44 @@ def _first_problem(
     return InputError(name, value, problem, item=describe(where, data, id_fields))
 
 
+@contextmanager
+def bulk_reading() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a bulk input is read.
+
+    Reading 100,000 rows allocates a few objects per row, none of them in a cycle; every few
+    hundred allocations the collector would rescan the whole heap (Prefect's included), which
+    more than doubles the time to read the file. Reference counting still frees everything.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def parse_items(
     model: type[ItemT], records: Iterable[tuple[str, Mapping[str, Any]]]
 ) -> list[ItemT]:
+    """Validate every record; the first bad one raises the error :func:`parse_item` names.
+
+    A bulk file holds 100,000 records: they are validated in one pass of pydantic-core, and
+    only when that pass fails are they walked one by one to name the bad item.
+    """
+    records = list(records)
+    datas = [data for _, data in records]
+    if all(type(data) is dict for data in datas):
+        try:
+            return _list_adapter(model).validate_python(datas)
+        except (ValidationError, InputError):
+            pass  # found below, with the item's position
     return [parse_item(model, data, where) for where, data in records]
+
+
+@functools.cache
+def _list_adapter(model: type[ItemT]) -> TypeAdapter[list[ItemT]]:
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
 
 
 def dedupe(items: Sequence[ItemT]) -> ParsedItems[ItemT]:
@@ -124,9 +161,10 @@ def dedupe(items: Sequence[ItemT]) -> ParsedItems[ItemT]:
     kept: dict[str, ItemT] = {}
     duplicates: list[str] = []
     for item in items:
-        earlier = kept.get(item.key())
+        key = item.key()
+        earlier = kept.get(key)
         if earlier is None:
-            kept[item.key()] = item
+            kept[key] = item
         elif earlier == item:
             duplicates.append(item.label())
         else:
@@ -258,23 +296,45 @@ def _record(value: Any, scalar_field: str | None, where: str) -> Record:
 
 
 def _csv_records(path: Path, text: str) -> tuple[list[str], list[tuple[str, Record]]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    """Rows as records of their non-empty (stripped) cells, numbered by their last line.
+
+    A plain ``csv.reader`` with one dict per row (a bulk file holds 100,000 rows); it reads
+    exactly as ``csv.DictReader`` would, repeated column names included (the later cell wins).
+    """
+    reader = csv.reader(io.StringIO(text, newline=""))
     try:
-        if not reader.fieldnames:
+        names = next(reader, None) or []
+        if not names:
             raise InputError("input_file", str(path), "is empty (a CSV file needs a header row)")
-        header = [name.strip() for name in reader.fieldnames]
+        header = [name.strip() for name in names]
+        width = len(header)
+        unique = len(set(names)) == len(set(header)) == width
         records: list[tuple[str, Record]] = []
         for row in reader:
+            if not row:  # a blank line is not an item
+                continue
             where = f"row {reader.line_num}"
-            if None in row:
-                raise InputError(where, row[None], "has more cells than the header has columns")
-            cells = {name.strip(): (value or "").strip() for name, value in row.items()}
-            given = {name: value for name, value in cells.items() if value}
-            if given:  # a blank line is not an item
+            if len(row) > width:
+                raise InputError(where, row[width:], "has more cells than the header has columns")
+            given = _cells(header, row) if unique else _cells_of_repeated_columns(names, row)
+            if given:  # a row of empty cells is not an item
                 records.append((where, given))
     except csv.Error as exc:
         raise InputError("input_file", str(path), f"is not valid CSV: {exc}") from None
     return header, records
+
+
+def _cells(header: list[str], row: list[str]) -> Record:
+    """The non-empty cells of a row, stripped (a short row's missing cells are empty)."""
+    return {name: value for name, cell in zip(header, row, strict=False) if (value := cell.strip())}
+
+
+def _cells_of_repeated_columns(names: list[str], row: list[str]) -> Record:
+    """csv.DictReader's reading of a row under a header that repeats a name."""
+    raw = dict(zip(names, row, strict=False))
+    raw.update((name, "") for name in names[len(row) :])
+    cells = {name.strip(): value.strip() for name, value in raw.items()}
+    return {name: value for name, value in cells.items() if value}
 
 
 def collect_records(

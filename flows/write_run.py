@@ -36,7 +36,7 @@ from compliance_api.errors import (
 )
 from flows.inputs import ItemInput, ItemT, ParsedItems
 from tasks.connection import compliance_client
-from tasks.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
+from tasks.outcomes import AnyResult, ItemResult, ItemsFailed, Outcome, RunSummary
 from tasks.reporting import (
     Progress,
     emit_failed_items_event,
@@ -69,15 +69,22 @@ class WriteJob(ABC, Generic[ItemT]):
         """Checks that need reads from the service; raise InputError before any write."""
 
     @abstractmethod
-    def plan(self, unit: Sequence[ItemT]) -> list[ItemResult]:
+    def plan(self, unit: Sequence[ItemT]) -> Sequence[AnyResult]:
         """Dry run: what would be sent (no call)."""
 
     @abstractmethod
-    async def apply(self, client: ComplianceClient, unit: Sequence[ItemT]) -> list[ItemResult]:
-        """Send the unit; every item gets a result, API errors become failed items."""
+    async def apply(self, client: ComplianceClient, unit: Sequence[ItemT]) -> Sequence[AnyResult]:
+        """Send the unit; every item gets a result, API errors become failed items.
+
+        Items that need no follow-up may be reported as a brief :class:`Done` (cheap in bulk);
+        failures are full :class:`ItemResult` rows with their rerun input.
+        """
 
     def summarize(self, summary: RunSummary, results: Sequence[ItemResult]) -> RunSummary:
-        """A flow-specific summary (a subclass of RunSummary) if the flow has more to say."""
+        """A flow-specific summary (a subclass of RunSummary) if the flow has more to say.
+
+        ``results`` are the full ItemResult rows the job reported (not the brief ``Done``s).
+        """
         return summary
 
 
@@ -184,9 +191,9 @@ async def _apply_all(
     units: list[list[ItemT]],
     concurrency: int,
     progress: Progress,
-) -> list[ItemResult]:
+) -> list[AnyResult]:
     limiter = anyio.CapacityLimiter(concurrency)
-    by_unit: list[list[ItemResult]] = [[] for _ in units]
+    by_unit: list[Sequence[AnyResult]] = [() for _ in units]
 
     async def run(index: int, unit: list[ItemT]) -> None:
         async with limiter:
@@ -205,7 +212,7 @@ async def _apply_all(
 def _summary(
     job: WriteJob[ItemT],
     parsed: ParsedItems[ItemT],
-    results: list[ItemResult],
+    results: list[AnyResult],
     *,
     dry_run: bool,
     rerun_of: str | None,
@@ -219,11 +226,11 @@ def _summary(
         total=len(results),
         counts={outcome: counts.get(outcome, 0) for outcome in Outcome if counts.get(outcome)},
         duplicates_removed=parsed.duplicates,
-        failed_items=[result for result in results if result.outcome.is_failure],
+        failed_items=[r for r in results if isinstance(r, ItemResult) and r.outcome.is_failure],
         rerun_of=rerun_of,
         attempt=attempt,
     )
-    return job.summarize(summary, results)
+    return job.summarize(summary, [r for r in results if isinstance(r, ItemResult)])
 
 
 def _log_outcome(logger: logging.Logger | logging.LoggerAdapter[Any], summary: RunSummary) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from prefect import task
 from prefect.cache_policies import NONE
 
 from compliance_api.client import ComplianceClient
-from compliance_api.models import GroupUpdateResult
 from tasks.retries import RETRY_JITTER, WRITE_RETRIES, WRITE_RETRY_DELAYS, retry_transient
+
+#: one person's answer: (person id, status, the service's message or None)
+PersonAnswer: TypeAlias = tuple[str, str, str | None]
 
 
 @task(
@@ -24,9 +27,12 @@ from tasks.retries import RETRY_JITTER, WRITE_RETRIES, WRITE_RETRY_DELAYS, retry
 )
 async def add_people_to_group(
     client: ComplianceClient, group_id: str, person_ids: Sequence[str], chunk_label: str = "people"
-) -> list[GroupUpdateResult]:
+) -> tuple[PersonAnswer, ...]:
     """Add up to 100 people in one call; adding is a set operation, so a retry is harmless.
 
-    Per-person failures come back as ERROR results, not as an exception.
+    Per-person failures come back as ERROR answers, not as an exception. The answers are plain
+    tuples, in request order: a bulk run makes hundreds of these task runs, and Prefect
+    inspects every return value. Callers pass ``quote(person_ids)`` for the same reason.
     """
-    return await client.add_people_to_group(group_id, list(person_ids))
+    results = await client.add_people_to_group(group_id, list(person_ids))
+    return tuple((result.id, str(result.status), result.message) for result in results)

@@ -7,8 +7,9 @@ objects become Prefect results, artifacts and events.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeAlias
 
 from pydantic import BaseModel, Field
 
@@ -32,7 +33,11 @@ class Outcome(StrEnum):
     @property
     def is_failure(self) -> bool:
         """Failures turn the run red and are kept for a rerun."""
-        return self in (Outcome.FAILED, Outcome.FAILED_RETRYABLE, Outcome.NEEDS_REVIEW)
+        return self in _FAILURES
+
+
+#: (a set built once: bulk runs ask this of every item)
+_FAILURES = frozenset({Outcome.FAILED, Outcome.FAILED_RETRYABLE, Outcome.NEEDS_REVIEW})
 
 
 class ItemResult(BaseModel):
@@ -48,6 +53,29 @@ class ItemResult(BaseModel):
     response: str = ""
     details: dict[str, Any] = Field(default_factory=dict)
     rerun_input: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Done:
+    """An item that needs no follow-up (succeeded, skipped or planned), in brief.
+
+    A bulk run reports tens of thousands of these; a validated :class:`ItemResult` per item
+    would cost more CPU than the API call that reports it. Failures always get a full
+    ItemResult, because they carry the input a rerun sends.
+    """
+
+    item: str
+    outcome: Outcome = Outcome.SUCCEEDED
+    reason: str = ""
+    response: str = ""
+
+    def __post_init__(self) -> None:
+        if self.outcome in _FAILURES:
+            raise ValueError(f"a {self.outcome.value} item needs an ItemResult (with rerun input)")
+
+
+#: what a write job reports for one item
+AnyResult: TypeAlias = ItemResult | Done
 
 
 class RunSummary(BaseModel):

@@ -28,7 +28,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.sorting import ArtifactSort
 from prefect.events import emit_event
 
-from tasks.outcomes import ItemResult, Outcome, RunSummary
+from tasks.outcomes import AnyResult, Outcome, RunSummary
 
 #: key prefix of the artifact that lists a run's failed items with their rerun inputs
 FAILED_ITEMS_PREFIX = "failed-items-"
@@ -58,11 +58,16 @@ def rerun_hint(flow_run_id: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def result_rows(results: Sequence[ItemResult]) -> tuple[list[dict[str, str]], int]:
+def result_rows(results: Sequence[AnyResult]) -> tuple[list[dict[str, str]], int]:
     """Rows for the table: every failure, then other items up to ``MAX_OK_ROWS``."""
-    failures = [r for r in results if r.outcome.is_failure]
-    others = [r for r in results if not r.outcome.is_failure]
-    shown = failures + others[:MAX_OK_ROWS]
+    failures: list[AnyResult] = []
+    others: list[AnyResult] = []
+    for result in results:
+        if result.outcome.is_failure:
+            failures.append(result)
+        elif len(others) < MAX_OK_ROWS:
+            others.append(result)
+    shown = failures + others
     rows = [
         {
             "item": r.item,
@@ -76,7 +81,7 @@ def result_rows(results: Sequence[ItemResult]) -> tuple[list[dict[str, str]], in
 
 
 async def publish_results_table(
-    flow_key: str, summary: RunSummary, results: Sequence[ItemResult]
+    flow_key: str, summary: RunSummary, results: Sequence[AnyResult]
 ) -> None:
     rows, hidden = result_rows(results)
     lines = [f"**{summary.headline()}**"]

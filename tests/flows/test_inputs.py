@@ -132,3 +132,49 @@ def test_route_file_rows_fall_back_to_run_parameters(tmp_path: Path) -> None:
     first, second = parsed.items
     assert first.route == ["IN_REVIEW"] and first.approve is True
     assert second.route == ["IN_PROGRESS", "IN_REVIEW"] and second.approve is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'person_id,group_id\n\n\np-1,g-1\n , \n"p-\n2",g-2\n',
+        "person_id,group_id,person_id\np-1,g-1,p-9\np-2,,\np-3\n",
+        " person_id ,person_id\np-1, \n",
+    ],
+)
+def test_csv_rows_read_as_dict_reader_reads_them(text: str) -> None:
+    """The fast CSV reader keeps csv.DictReader's row numbers and repeated-column rule."""
+    import csv
+    import io
+
+    from flows.inputs import _csv_records
+
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    expected = []
+    for row in reader:
+        cells = {name.strip(): (value or "").strip() for name, value in row.items()}
+        if given := {name: value for name, value in cells.items() if value}:
+            expected.append((f"row {reader.line_num}", given))
+    assert _csv_records(Path("people.csv"), text)[1] == expected
+
+
+def test_bulk_validation_still_names_the_first_bad_row(tmp_path: Path) -> None:
+    rows = "\n".join(f"p-{i}" for i in range(500)) + "\nbad id\n" + "p-x\n"
+    path = write(tmp_path, "p.csv", "person_id\n" + rows)
+    with pytest.raises(InputError) as caught:
+        read_membership_items(["g-1"], None, path)
+    assert caught.value.item is not None and caught.value.item.startswith("row 502")
+    assert caught.value.field == "person_id"
+
+
+def test_brief_results_are_never_failures_and_the_table_shows_every_failure() -> None:
+    from tasks.outcomes import Done, ItemResult, Outcome
+    from tasks.reporting import MAX_OK_ROWS, result_rows
+
+    with pytest.raises(ValueError, match="failed"):
+        Done("g/p", Outcome.FAILED)
+    done = [Done(f"g/p-{i}") for i in range(MAX_OK_ROWS + 5)]
+    failed = ItemResult(item="g/x", outcome=Outcome.FAILED, reason="not found", rerun_input={})
+    rows, hidden = result_rows([*done[:3], failed, *done[3:]])
+    assert rows[0]["item"] == "g/x" and rows[1]["item"] == "g/p-0"
+    assert len(rows) == MAX_OK_ROWS + 1 and hidden == 5
