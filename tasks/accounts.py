@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prefect import task
-from prefect.cache_policies import NONE
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import (
@@ -12,24 +11,12 @@ from compliance_api.models import (
     TagCategory,
     TagCategoryDetail,
 )
-from tasks.retries import (
-    READ_RETRIES,
-    READ_RETRY_DELAYS,
-    RETRY_JITTER,
-    WRITE_RETRIES,
-    WRITE_RETRY_DELAYS,
-    retry_transient,
-)
+from tasks.retries import IDEMPOTENT_WRITE, READ
 
 
 @task(
     name="List tag categories",
-    retries=READ_RETRIES,
-    retry_delay_seconds=READ_RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=retry_transient,
-    cache_policy=NONE,
-    persist_result=False,
+    **READ,
 )
 async def list_tag_categories(client: ComplianceClient) -> list[TagCategory]:
     """Every tag category of the tenant (one unpaginated call)."""
@@ -39,12 +26,7 @@ async def list_tag_categories(client: ComplianceClient) -> list[TagCategory]:
 @task(
     name="Read tag category",
     task_run_name="read-tag-category-{tag_category_id}",
-    retries=READ_RETRIES,
-    retry_delay_seconds=READ_RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=retry_transient,
-    cache_policy=NONE,
-    persist_result=False,
+    **READ,
 )
 async def read_tag_category(client: ComplianceClient, tag_category_id: str) -> TagCategoryDetail:
     """One category with its tags, to check tag ids before any write."""
@@ -54,12 +36,7 @@ async def read_tag_category(client: ComplianceClient, tag_category_id: str) -> T
 @task(
     name="Update account tags",
     task_run_name="update-account-{account_id}",
-    retries=WRITE_RETRIES,
-    retry_delay_seconds=WRITE_RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=retry_transient,
-    cache_policy=NONE,
-    persist_result=False,
+    **IDEMPOTENT_WRITE,
 )
 async def update_account(
     client: ComplianceClient, account_id: str, update: AccountUpdate

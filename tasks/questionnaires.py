@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 from prefect import task
-from prefect.cache_policies import NONE
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import Questionnaire, QuestionnaireUpdate
-from tasks.retries import RETRY_JITTER, WRITE_RETRIES, WRITE_RETRY_DELAYS, retry_transient
+from tasks.retries import IDEMPOTENT_WRITE
 
 
 @task(
     name="Update questionnaire",
     task_run_name="update-{questionnaire_id}-{step}",
-    retries=WRITE_RETRIES,
-    retry_delay_seconds=WRITE_RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=retry_transient,
-    cache_policy=NONE,
-    persist_result=False,
+    **IDEMPOTENT_WRITE,
 )
 async def update_questionnaire(
     client: ComplianceClient, questionnaire_id: str, update: QuestionnaireUpdate, step: str
@@ -30,12 +24,7 @@ async def update_questionnaire(
 @task(
     name="Approve questionnaire",
     task_run_name="approve-{questionnaire_id}",
-    retries=WRITE_RETRIES,
-    retry_delay_seconds=WRITE_RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=retry_transient,
-    cache_policy=NONE,
-    persist_result=False,
+    **IDEMPOTENT_WRITE,
 )
 async def approve_questionnaire(
     client: ComplianceClient, questionnaire_id: str, status_change_message: str | None

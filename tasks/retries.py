@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prefect.cache_policies import NONE
 from prefect.tasks import exponential_backoff
 
 from compliance_api.errors import RateLimitedError, ServerError, TransportError
@@ -56,3 +57,23 @@ def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
 def retry_if_unapplied(task: Any, task_run: Any, state: Any) -> bool:
     """``retry_condition_fn`` of creates (document links): never risk a duplicate."""
     return is_provably_unapplied(_error_of(state))
+
+
+#: ``@task(**IDEMPOTENT_WRITE)``: writes that are safe to repeat (PATCH, add-to-managed, add-people)
+IDEMPOTENT_WRITE: dict[str, Any] = {
+    "retries": WRITE_RETRIES,
+    "retry_delay_seconds": WRITE_RETRY_DELAYS,
+    "retry_jitter_factor": RETRY_JITTER,
+    "retry_condition_fn": retry_transient,
+    # nothing cached or stored: a write must run each time, and its result stays in memory
+    "cache_policy": NONE,
+    "persist_result": False,
+}
+#: ``@task(**CREATE_ONCE)``: creates, retried only when the request provably never arrived
+CREATE_ONCE: dict[str, Any] = {**IDEMPOTENT_WRITE, "retry_condition_fn": retry_if_unapplied}
+#: ``@task(**READ)``: cheap idempotent reads
+READ: dict[str, Any] = {
+    **IDEMPOTENT_WRITE,
+    "retries": READ_RETRIES,
+    "retry_delay_seconds": READ_RETRY_DELAYS,
+}

@@ -22,4 +22,5 @@ for _name in list(os.environ):
 pytest_plugins = [
     "tests.fixtures.prefect",
     "tests.fixtures.sandbox",
+    "tests.fixtures.flows",
 ]

@@ -9,7 +9,7 @@ tag id needs the tag list) may read but must not write.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,7 @@ from flows.promote_vendors import promote_discovered_vendors
 from flows.questionnaires import route_questionnaires
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tasks.connection import forget_brokers
 
-BAD_INPUT_TOKEN_LIMIT = "bad-inputs-token-endpoint"
 TAG_CATEGORY_READS = {"GET /v1/customer-trust/tag-categories"}
 
 Seed = dict[str, Any]
@@ -427,34 +425,13 @@ def test_catalogue_is_large_and_named_uniquely() -> None:
 
 
 @pytest.fixture(scope="module")
-async def bad_input_token_limit(prefect_server: None) -> str:
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as client:
-        await client.upsert_global_concurrency_limit_by_name(
-            BAD_INPUT_TOKEN_LIMIT, limit=100, slot_decay_per_second=100.0
-        )
-    return BAD_INPUT_TOKEN_LIMIT
-
-
-@pytest.fixture(scope="module")
 def seed(sandbox: SandboxHandle) -> Seed:
     return sandbox.control.seed()
 
 
 @pytest.fixture
-def env(
-    bad_input_token_limit: str,
-    manage_env: SandboxHandle,
-    sandbox_reset: SandboxHandle,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> Iterator[SandboxHandle]:
-    monkeypatch.setenv("COMPLIANCE_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", bad_input_token_limit)
-    forget_brokers()
-    yield sandbox_reset
-    forget_brokers()
+def env(flow_env: SandboxHandle) -> SandboxHandle:
+    return flow_env
 
 
 async def _error_of(flow: Any, parameters: dict[str, Any]) -> str:

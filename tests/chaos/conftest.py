@@ -21,18 +21,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox.runner import SandboxHandle
-from tasks import accounts, documents, groups, questionnaires, vendors
-from tasks.connection import forget_brokers
-from tasks.outcomes import ItemsFailed, RunSummary
+from tests.fixtures.flows import run_flow, run_id
 
-CHAOS_TOKEN_LIMIT = "chaos-token-endpoint"
+__all__ = ["run_flow", "run_id"]
+
 ADD_PEOPLE = "POST /v1/groups/{groupId}/add-people"
 ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 CREATE_LINK = "POST /v1/documents/{documentId}/links"
@@ -41,66 +40,14 @@ REPO = Path(__file__).resolve().parents[2]
 #: every child compiles Prefect from source, seconds of CPU per start)
 PYCACHE = Path(tempfile.gettempdir()) / "compliance-flows-test-pycache"
 
-WRITE_TASKS = [
-    vendors.promote_discovered_vendor,
-    groups.add_people_to_group,
-    accounts.update_account,
-    questionnaires.update_questionnaire,
-    questionnaires.approve_questionnaire,
-    documents.create_document_link,
-]
 
 FULL = os.environ.get("CHAOS_FULL") == "1"
 slow = pytest.mark.skipif(not FULL, reason="slow chaos scenario: set CHAOS_FULL=1")
 
 
-@pytest.fixture(scope="session")
-async def chaos_token_limit(prefect_server: None) -> str:
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as client:
-        await client.upsert_global_concurrency_limit_by_name(
-            CHAOS_TOKEN_LIMIT, limit=100, slot_decay_per_second=100.0
-        )
-    return CHAOS_TOKEN_LIMIT
-
-
 @pytest.fixture
-def chaos_env(
-    chaos_token_limit: str,
-    sandbox_reset: SandboxHandle,
-    manage_env: SandboxHandle,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> Iterator[SandboxHandle]:
-    monkeypatch.setenv("COMPLIANCE_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", chaos_token_limit)
-    monkeypatch.setenv("COMPLIANCE_MAX_RETRIES", "0")
-    for task in WRITE_TASKS:
-        monkeypatch.setattr(task, "retry_delay_seconds", [0.0])
-        monkeypatch.setattr(task, "retry_jitter_factor", None)
-    forget_brokers()
-    yield sandbox_reset
-    sandbox_reset.control.clear_faults()
-    forget_brokers()
-
-
-@pytest.fixture(scope="session")
-def seed(sandbox: SandboxHandle) -> dict[str, Any]:
-    return sandbox.control.seed()
-
-
-async def run_flow(flow: Any, **parameters: Any) -> tuple[Any, RunSummary]:
-    state = await flow(**parameters, return_state=True)
-    result = await state.result(raise_on_failure=False)
-    if isinstance(result, ItemsFailed):
-        return state, result.summary
-    assert isinstance(result, RunSummary), f"unexpected result {result!r} ({state.message})"
-    return state, result
-
-
-def run_id(state: Any) -> str:
-    return str(state.state_details.flow_run_id)
+def chaos_env(write_flow_env: SandboxHandle) -> SandboxHandle:
+    return write_flow_env
 
 
 def stats(sandbox: SandboxHandle) -> dict[str, Any]:

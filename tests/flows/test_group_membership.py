@@ -100,12 +100,15 @@ async def test_failed_chunk_is_retryable_and_rerun_applies_each_person_once(
 
 
 async def test_ten_thousand_people_take_exactly_100_calls(
-    token_limit: str, monkeypatch: pytest.MonkeyPatch, manage_env: SandboxHandle, tmp_path: Path
+    test_token_limit: str,
+    monkeypatch: pytest.MonkeyPatch,
+    manage_env: SandboxHandle,
+    tmp_path: Path,
 ) -> None:
     with run_sandbox_in_thread(seed=7, scale=20) as big:
         monkeypatch.setenv("COMPLIANCE_BASE_URL", big.url)
         monkeypatch.setenv("COMPLIANCE_STATE_DIR", str(tmp_path / "state"))
-        monkeypatch.setenv("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", token_limit)
+        monkeypatch.setenv("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", test_token_limit)
         forget_brokers()
         people = big.control.seed()["people"]
         assert len(people) == 10_000

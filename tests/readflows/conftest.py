@@ -9,17 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox.runner import SandboxHandle
-from tasks.connection import forget_brokers
 
-TEST_TOKEN_LIMIT = "readflows-tests-token-endpoint"
 DATA_ROUTES = (
     "GET /v1/knowledge-base/resources",
     "GET /v1/knowledge-base/answer-library",
@@ -30,36 +27,10 @@ DATA_ROUTES = (
 )
 
 
-@pytest.fixture(scope="session")
-async def read_token_limit(prefect_server: None) -> str:
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as client:
-        await client.upsert_global_concurrency_limit_by_name(
-            TEST_TOKEN_LIMIT, limit=100, slot_decay_per_second=100.0
-        )
-    return TEST_TOKEN_LIMIT
-
-
 @pytest.fixture
-def reads_env(
-    read_token_limit: str,
-    sandbox_reset: SandboxHandle,
-    manage_env: SandboxHandle,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> Iterator[SandboxHandle]:
+def reads_env(flow_env: SandboxHandle) -> SandboxHandle:
     """Sandbox reset, demo manage app, private state dir, a generous token-endpoint limit."""
-    monkeypatch.setenv("COMPLIANCE_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", read_token_limit)
-    forget_brokers()
-    yield sandbox_reset
-    forget_brokers()
-
-
-@pytest.fixture(scope="session")
-def seed(sandbox: SandboxHandle) -> dict[str, Any]:
-    return sandbox.control.seed()
+    return flow_env
 
 
 def calls(sandbox: SandboxHandle, route: str) -> int:

@@ -39,7 +39,6 @@ DEMO_SECRETS = [
     "demo-gov-manage-secret-not-real",
 ]
 ADD_PEOPLE = "POST /v1/groups/{groupId}/add-people"
-SCAN_TOKEN_LIMIT = "secret-scan-token-endpoint"
 #: a run of URL-safe characters at least as long as the shortest token
 _CANDIDATE = re.compile(rb"[A-Za-z0-9_\-]{20,}")
 
@@ -201,37 +200,16 @@ def prefect_database_files() -> list[Path]:
 
 
 # --------------------------------------------------------------------------- activity
-@pytest.fixture(scope="module")
-async def scan_token_limit(prefect_server: None) -> str:
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as client:
-        await client.upsert_global_concurrency_limit_by_name(
-            SCAN_TOKEN_LIMIT, limit=100, slot_decay_per_second=100.0
-        )
-    return SCAN_TOKEN_LIMIT
-
-
 @pytest.fixture
-async def activity(
-    scan_token_limit: str,
-    manage_env: SandboxHandle,
-    sandbox_reset: SandboxHandle,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> SandboxHandle:
+async def activity(flow_env: SandboxHandle, monkeypatch: pytest.MonkeyPatch) -> SandboxHandle:
     """Runs that handle tokens and fail in the ways that tend to leak: a revoked token and its
     re-mint mid-run, per-item errors, an exception, a rerun, a dry run."""
     from flows.group_membership import add_people_to_groups
     from flows.promote_vendors import promote_discovered_vendors
     from flows.rerun import rerun_failed_items
-    from tasks.connection import forget_brokers
 
-    monkeypatch.setenv("COMPLIANCE_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", scan_token_limit)
     monkeypatch.setenv("COMPLIANCE_MAX_RETRIES", "0")
-    forget_brokers()
-    sandbox = sandbox_reset
+    sandbox = flow_env
     seed = sandbox.control.seed()
     group = seed["groups"][0]
     sandbox.control.set_fault(route=ADD_PEOPLE, latency_ms=100)
@@ -261,7 +239,6 @@ async def activity(
     )
     await promote_discovered_vendors(discovered_vendor_ids=["bad id"], return_state=True)
     assert sandbox.control.stats()["token_mints"].get("demo-manage", 0) >= 2
-    forget_brokers()
     return sandbox
 
 
