@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 from prefect import flow
 from prefect.utilities.annotations import quote
 
@@ -26,6 +27,7 @@ from flows.inputs import (
     bulk_reading,
     collect_records,
     dedupe,
+    frozen_heap,
     parse_items,
 )
 from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
@@ -53,6 +55,16 @@ class GroupMembership(WriteJob[GroupMembershipInput]):
     flow_key = FLOW_KEY
     item_model = GroupMembershipInput
 
+    def __init__(self) -> None:
+        self._call_slots: anyio.CapacityLimiter | None = None
+
+    def units_in_flight(self, concurrency: int) -> int:
+        """Twice as many task runs as calls: a chunk's task-run bookkeeping (states, events)
+        happens while other chunks' calls are on the wire, not in a call slot. At most
+        ``concurrency`` add-people calls are ever in flight."""
+        self._call_slots = anyio.CapacityLimiter(concurrency)
+        return 2 * concurrency
+
     def units(self, items: Sequence[GroupMembershipInput]) -> list[list[GroupMembershipInput]]:
         """Per group, chunks of at most 100 people, in input order."""
         by_group: dict[str, list[GroupMembershipInput]] = {}
@@ -74,9 +86,15 @@ class GroupMembership(WriteJob[GroupMembershipInput]):
         group_id = unit[0].group_id
         person_ids = [item.person_id for item in unit]
         try:
-            answers = await add_people_to_group(
-                client, group_id, quote(person_ids), chunk_label=f"{len(person_ids)}-people"
-            )
+            answers = (
+                await add_people_to_group(
+                    client,
+                    group_id,
+                    quote(person_ids),
+                    chunk_label=f"{len(person_ids)}-people",
+                    call_slots=self._call_slots,
+                )
+            ).answers
         except Exception as error:  # the whole chunk failed after the task's retries
             return [failure(item, error) for item in unit]
         matched = _match(person_ids, answers)
@@ -175,6 +193,7 @@ async def add_people_to_groups(
     """
     with bulk_reading():
         parsed = read_membership_items(group_ids, person_ids, input_file)
-    return await run_write_job(  # type: ignore[return-value]
-        GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency
-    )
+    with frozen_heap():
+        return await run_write_job(  # type: ignore[return-value]
+            GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency
+        )

@@ -65,6 +65,11 @@ class WriteJob(ABC, Generic[ItemT]):
     def units(self, items: Sequence[ItemT]) -> list[list[ItemT]]:
         return [[item] for item in items]
 
+    def units_in_flight(self, concurrency: int) -> int:
+        """How many units run at once: ``concurrency``, unless the job caps its API calls
+        itself (then it may prepare more units than it sends calls)."""
+        return concurrency
+
     async def validate_remotely(self, client: ComplianceClient, items: Sequence[ItemT]) -> None:
         """Checks that need reads from the service; raise InputError before any write."""
 
@@ -192,7 +197,7 @@ async def _apply_all(
     concurrency: int,
     progress: Progress,
 ) -> list[AnyResult]:
-    limiter = anyio.CapacityLimiter(concurrency)
+    limiter = anyio.CapacityLimiter(job.units_in_flight(concurrency))
     by_unit: list[Sequence[AnyResult]] = [() for _ in units]
 
     async def run(index: int, unit: list[ItemT]) -> None:

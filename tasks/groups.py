@@ -3,36 +3,59 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TypeAlias
 
+import anyio
 from prefect import task
-from prefect.cache_policies import NONE
 
 from compliance_api.client import ComplianceClient
-from tasks.retries import RETRY_JITTER, WRITE_RETRIES, WRITE_RETRY_DELAYS, retry_transient
+from tasks.retries import IDEMPOTENT_WRITE
 
 #: one person's answer: (person id, status, the service's message or None)
 PersonAnswer: TypeAlias = tuple[str, str, str | None]
 
 
+class ChunkAnswers:
+    """The answers for one chunk, in request order, behind one opaque object.
+
+    Prefect walks a task's return value and records every element it finds in a collection
+    (for dependency tracking) in a map that lives as long as the flow run: a tuple of 100
+    answers would cost 100 entries per call, 100,000 in a bulk run. An object that is not a
+    collection is recorded once.
+    """
+
+    __slots__ = ("answers", "__weakref__")
+
+    def __init__(self, answers: tuple[PersonAnswer, ...]) -> None:
+        self.answers = answers
+
+    def __repr__(self) -> str:
+        return f"ChunkAnswers({len(self.answers)} answer(s))"
+
+
 @task(
     name="Add people to group",
     task_run_name="add-{chunk_label}-to-{group_id}",
-    retries=WRITE_RETRIES,
-    retry_delay_seconds=WRITE_RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=retry_transient,
-    cache_policy=NONE,
-    persist_result=False,
+    **IDEMPOTENT_WRITE,
 )
 async def add_people_to_group(
-    client: ComplianceClient, group_id: str, person_ids: Sequence[str], chunk_label: str = "people"
-) -> tuple[PersonAnswer, ...]:
+    client: ComplianceClient,
+    group_id: str,
+    person_ids: Sequence[str],
+    chunk_label: str = "people",
+    call_slots: anyio.CapacityLimiter | None = None,
+) -> ChunkAnswers:
     """Add up to 100 people in one call; adding is a set operation, so a retry is harmless.
 
     Per-person failures come back as ERROR answers, not as an exception. The answers are plain
-    tuples, in request order: a bulk run makes hundreds of these task runs, and Prefect
-    inspects every return value. Callers pass ``quote(person_ids)`` for the same reason.
+    tuples, in request order, in one :class:`ChunkAnswers`: a bulk run makes hundreds of these
+    task runs, and Prefect inspects every argument and return value. Callers pass
+    ``quote(person_ids)`` for the same reason.
+
+    ``call_slots`` caps the calls in flight across task runs and is held around the call only,
+    so Prefect's bookkeeping of this run (and any retry wait) does not keep a call slot busy.
     """
-    results = await client.add_people_to_group(group_id, list(person_ids))
-    return tuple((result.id, str(result.status), result.message) for result in results)
+    async with call_slots if call_slots is not None else nullcontext():
+        results = await client.add_people_to_group(group_id, list(person_ids))
+    return ChunkAnswers(tuple((r.id, str(r.status), r.message) for r in results))
