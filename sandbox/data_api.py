@@ -188,10 +188,13 @@ def data_router(tier: Tier) -> APIRouter:
             name = group["name"]
         return {"type": kind, "id": actor_id, "displayName": name}
 
-    def status_entry(token: AccessToken, status: str, message: str | None) -> dict[str, Any]:
+    def status_entry(
+        token: AccessToken, status: str, message: str | None, at: str
+    ) -> dict[str, Any]:
+        """A status-log entry stamped ``at``: the same instant as the change it records."""
         return {
             "updatedBy": {"id": token.app.client_id, "displayName": token.app.name, "email": None},
-            "updatedAt": iso(tier.now_ms()),
+            "updatedAt": at,
             "status": status,
             "message": message,
         }
@@ -250,10 +253,11 @@ def data_router(tier: Tier) -> APIRouter:
                 questionnaire.pop(field, None)
             else:
                 questionnaire[field] = value
+        now = iso(tier.now_ms())
         if "status" in changes:
             questionnaire["status"] = changes["status"]
-            questionnaire["statusLog"].insert(0, status_entry(token, changes["status"], None))
-        questionnaire["updatedDate"] = iso(tier.now_ms())
+            questionnaire["statusLog"].insert(0, status_entry(token, changes["status"], None, now))
+        questionnaire["updatedDate"] = now
         stats.write_counts["questionnaire_patch"][questionnaireId] += 1
         audit(token, "QUESTIONNAIRE_UPDATED", [{"id": questionnaireId, "type": "Questionnaire"}])
         return json_response(questionnaire)
@@ -271,7 +275,7 @@ def data_router(tier: Tier) -> APIRouter:
             v.string(message, "statusChangeMessage", empty=True)
         now = iso(tier.now_ms())
         questionnaire["status"] = "APPROVED"
-        questionnaire["statusLog"].insert(0, status_entry(token, "APPROVED", message))
+        questionnaire["statusLog"].insert(0, status_entry(token, "APPROVED", message, now))
         questionnaire["updatedDate"] = now
         questionnaire["completedDate"] = now
         stats.write_counts["questionnaire_approve"][questionnaireId] += 1

@@ -76,7 +76,7 @@ async def test_report_matches_the_data_and_every_expiring_item_reaches_prefect(
     ids += [deterministic_event_id(KB_EXPIRED, k, i, day) for k, i in expected["expired"]]
     stored = await read_events(ids=ids, expect=len(ids))
     assert len(stored) == len(ids)
-    soon = next(e for e in stored if e.event == KB_EXPIRING_SOON and e.related)
+    soon = next(e for e in stored if e.event == KB_EXPIRING_SOON and "owner" in e.resource_in_role)
     assert soon.resource["compliance.item.id"] == soon.payload["id"]
     assert 0 <= soon.payload["days_left"] <= 30
     owner = soon.resource_in_role["owner"]
