@@ -20,14 +20,13 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from typing import Any
 
 import httpx
 import psutil
+
+from bench.common import sandbox_process
 
 MIX = (
     "/v1/event-logs?pageSize=10",
@@ -35,44 +34,6 @@ MIX = (
     "/v1/customer-trust/tag-categories",
     "/v1/knowledge-base/answer-library?pageSize=10",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_sandbox(scale: int) -> tuple[subprocess.Popen[bytes], str]:
-    port, gov_port = _free_port(), _free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sandbox",
-            "--port",
-            str(port),
-            "--gov-port",
-            str(gov_port),
-            "--scale",
-            str(scale),
-            "--log-level",
-            "warning",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{url}/_sandbox/health", timeout=1).raise_for_status()
-            return process, url
-        except httpx.HTTPError:
-            if process.poll() is not None:
-                break
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("the sandbox did not start")
 
 
 def _mint(url: str) -> str:
@@ -157,10 +118,10 @@ async def _httpx_load(url: str, token: str, seconds: float, concurrency: int) ->
 
 
 def run(seconds: float = 5.0, concurrency: int = 32, scale: int = 1) -> dict[str, Any]:
-    process, url = start_sandbox(scale)
-    try:
+    with sandbox_process(scale=scale) as sandbox:
+        url = sandbox.url
         token = _mint(url)
-        server = psutil.Process(process.pid)
+        server = psutil.Process(sandbox.pid)
         cpu_before = server.cpu_times()
         raw = asyncio.run(_raw_load(url, token, seconds, concurrency))
         cpu_after = server.cpu_times()
@@ -180,9 +141,6 @@ def run(seconds: float = 5.0, concurrency: int = 32, scale: int = 1) -> dict[str
             "scale": scale,
             "cpus": os.cpu_count(),
         }
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ import asyncio
 import gc
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from typing import Any
 
 import httpx
 import psutil
+
+from bench.common import sandbox_process
 
 CLIENT_ID = "demo-manage"
 CLIENT_SECRET = "demo-manage-secret-not-real"
@@ -146,43 +147,6 @@ def child(case: str, base_url: str, size: int) -> None:
 
 
 # --------------------------------------------------------------------------- orchestration
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start_sandbox(scale: int) -> tuple[subprocess.Popen[bytes], str]:
-    port, gov = _free_port(), _free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sandbox",
-            "--port",
-            str(port),
-            "--gov-port",
-            str(gov),
-            "--scale",
-            str(scale),
-            "--log-level",
-            "warning",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            httpx.get(f"{url}/_sandbox/health", timeout=2).raise_for_status()
-            return process, url
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError(f"sandbox --scale {scale} did not start") from None
-            time.sleep(0.5)
-
-
 def _calls(url: str) -> dict[str, int]:
     return httpx.get(f"{url}/_sandbox/stats", timeout=30).json()["route_counts"]
 
@@ -244,9 +208,7 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(limit())
         sandboxes = {}
         for scale in (args.small, args.large):
-            process, url = _start_sandbox(scale)
-            stack.callback(process.kill)
-            sandboxes[scale * 500] = url
+            sandboxes[scale * 500] = stack.enter_context(sandbox_process(scale=scale)).url
         for size, url in sandboxes.items():
             for case in CASES:
                 row = _measure(case, url, size, env)
