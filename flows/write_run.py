@@ -44,6 +44,7 @@ from tasks.reporting import (
     publish_results_table,
     rerun_hint,
 )
+from tasks.token import get_shared_access_token
 
 DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 32
@@ -169,6 +170,7 @@ async def run_write_job(
     needs_client = not dry_run or job.reads_during_validation
     async with compliance_client() if needs_client else nullcontext(None) as client:
         if client is not None:
+            await obtain_token_first(logger)
             await job.validate_remotely(client, items)
         await progress.start()
         if dry_run:
@@ -188,6 +190,26 @@ async def run_write_job(
         failed = ItemsFailed(summary)
         return Failed(message=str(failed), data=failed)
     return summary
+
+
+async def obtain_token_first(logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+    """Get the shared token before the first write, as its own task run.
+
+    The run then starts its calls with a token in hand: the UI shows which token (fingerprint and
+    expiry, never the value) before any item is sent, and the token endpoint's rate-limit slot is
+    taken before hundreds of task runs start (on a SQLite Prefect server, that slot's update
+    otherwise collides with the recording of their first states and waits out a 2 s retry).
+
+    A failure here is not the run's end: every call asks the broker again (with its retries) and
+    reports its own items, so an outage still leaves each item failed_retryable and rerunnable.
+    """
+    try:
+        await get_shared_access_token.with_options(retries=0)()
+    except Exception as error:
+        logger.warning(
+            "No access token yet (%s); each call will ask again and report its items",
+            describe_error(error),
+        )
 
 
 async def _apply_all(
