@@ -126,8 +126,20 @@ def _add_people_md(result: dict[str, Any]) -> list[str]:
         f"(+{summary['startup_extra_seconds']} s; this machine, this load).",
         "* Checks: "
         + ", ".join(f"{name} = {'yes' if ok else 'NO'}" for name, ok in summary["checks"].items()),
-        "",
     ]
+    waits = [
+        r["waited_for_prefect_idle_seconds"]
+        for r in result["runs"]
+        if "waited_for_prefect_idle_seconds" in r
+    ]
+    if waits:
+        lines.append(
+            "* Before each run the bench waits until the Prefect server has recorded the previous "
+            f"run's task runs (longest wait {max(waits)} s), so no run is timed with another's "
+            "bill: while the server records thousands of task runs, its SQLite database refuses "
+            "other writes and the next run's first Prefect call waits out the client's retries."
+        )
+    lines.append("")
     rows = [
         [
             r["mode"],

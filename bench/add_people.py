@@ -37,6 +37,7 @@ from bench.common import (
     run_child,
     sandbox_process,
     use_bytecode_cache,
+    wait_for_prefect_idle,
 )
 
 CHUNK = 100
@@ -144,6 +145,7 @@ def _measure(
     profile: str | None = None,
     no_bytecode_cache: bool = False,
 ) -> dict[str, Any]:
+    idle_wait = wait_for_prefect_idle(api_url)
     sandbox.control.reset()
     state_dir = tempfile.mkdtemp(prefix=f"bench-{mode}-")
     env = child_env(sandbox.url, api_url if mode == "flow" else None, state_dir)
@@ -176,6 +178,7 @@ def _measure(
         "failed": run.result.get("failed"),
         "peak_rss_mb": run.result.get("peak_rss_mb"),
         "other_status": {k: v for k, v in stats["status_counts"].items() if k != "200"},
+        "waited_for_prefect_idle_seconds": idle_wait,
     }
 
 

@@ -160,6 +160,32 @@ def prefect_server() -> Iterator[str]:
         yield str(get_current_settings().api.url)
 
 
+def wait_for_prefect_idle(
+    api_url: str, *, settle_seconds: float = 1.5, limit: float = 180
+) -> float:
+    """Wait until the Prefect server has recorded the previous run's task runs; returns the wait.
+
+    The server turns task-run events into rows in the background. A bulk run leaves thousands
+    of them queued, and while the server works through them its SQLite database refuses other
+    writes ("database is locked", a 503 the client retries after 2, 4, 8 ... s): the next run
+    would be timed with the previous run's bill. Idle means the task-run count has stopped
+    changing for ``settle_seconds``.
+    """
+    started = time.monotonic()
+    last: int | None = None
+    stable_since = started
+    with httpx.Client(base_url=api_url.rstrip("/") + "/", timeout=30) as client:
+        while time.monotonic() - started < limit:
+            count = int(client.post("task_runs/count", json={}).json())
+            now = time.monotonic()
+            if count != last:
+                last, stable_since = count, now
+            elif now - stable_since >= settle_seconds:
+                break
+            time.sleep(0.25)
+    return round(time.monotonic() - started, 1)
+
+
 def child_env(sandbox_url: str, api_url: str | None, state_dir: str) -> dict[str, str]:
     """The environment of a child that runs the project against the sandbox."""
     from cryptography.fernet import Fernet
