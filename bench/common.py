@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import psutil
 
+from deployments.server_settings import apply_server_settings
 from sandbox.control import SandboxControl
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,6 +154,7 @@ def prefect_server() -> Iterator[str]:
     os.environ["PREFECT_CLI_PROMPT"] = "false"
     # the server logs a traceback when it is stopped while flushing events: noise, not a result
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
+    apply_server_settings()  # the server the project's stack runs, not Prefect's defaults
     from prefect.settings import get_current_settings
     from prefect.testing.utilities import prefect_test_harness
 

@@ -101,6 +101,7 @@ def phases_child() -> None:
     import flows.promote_vendors  # noqa: F401
     import flows.questionnaires  # noqa: F401
     import flows.rerun  # noqa: F401
+    from deployments.server_settings import apply_server_settings
 
     timings["import_prefect_and_flows"] = time.perf_counter() - started
     mark = time.perf_counter()
@@ -109,6 +110,7 @@ def phases_child() -> None:
     with run_sandbox_in_thread(seed=42):
         timings["sandbox_start"] = time.perf_counter() - mark
         mark = time.perf_counter()
+        apply_server_settings()  # as make demo's server
         with prefect_test_harness(server_startup_timeout=120):
             timings["prefect_server_start"] = time.perf_counter() - mark
             mark = time.perf_counter()

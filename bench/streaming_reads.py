@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
+    from deployments.server_settings import apply_server_settings
+
     state = tempfile.mkdtemp(prefix="bench-streaming-state-")
     env = {
         **os.environ,
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
+        apply_server_settings()  # the server the project's stack runs
         stack.enter_context(prefect_test_harness(server_startup_timeout=120))
         env["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deployments.server_settings import apply_server_settings
 from sandbox.runner import SandboxHandle, run_sandbox_in_thread
 
 CLIENT_ID = "demo-manage-basic"
@@ -53,6 +54,7 @@ def _prepare_environment(workdir: Path) -> None:
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     os.environ["PREFECT_CLI_PROMPT"] = "false"
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
+    apply_server_settings()  # read by the temporary server the demo starts
     for name in list(os.environ):
         if name.startswith("COMPLIANCE_") or name == "PREFECT_API_URL":
             del os.environ[name]

@@ -27,6 +27,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_ex
 
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
+from deployments.server_settings import apply_server_settings
 
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
 DEFAULT_PREFECT_PORT = 4200
@@ -273,6 +274,7 @@ class LocalStack:
         env = self.prefect_env()
         env["PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED"] = "true"
         env["PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED"] = "true"
+        apply_server_settings(env)
         env["PREFECT_UI_API_URL"] = self.api_url
         child = ChildProcess(
             "prefect server",
