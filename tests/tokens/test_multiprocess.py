@@ -3,28 +3,21 @@ no secret anywhere in the Prefect database, the logs or the token store."""
 
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
-from prefect.settings import get_current_settings
 
 from bench.token_contention import child_env, spawn
 from compliance_api.settings import load_settings
 from compliance_api.tokens import broker_from_settings
 from deployments.bootstrap import ensure_token_rate_limit
+from tests.fixtures.prefect import prefect_database_files
 
 PROCESSES, RUNS = 8, 5
 CLIENT_SECRET = "demo-manage-secret-not-real"
-
-
-def prefect_database_files() -> list[Path]:
-    url = str(get_current_settings().server.database.connection_url.get_secret_value())
-    database = url.split("///", 1)[-1]
-    return [Path(path) for path in glob.glob(f"{database}*")]
 
 
 # 40 flow runs at once can stall Prefect's SQLite test server for a minute at a time ("database

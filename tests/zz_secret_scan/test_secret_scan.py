@@ -22,13 +22,15 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sandbox.runner import SandboxHandle
+from tests.fixtures.prefect import prefect_database_files
 
 DEMO_SECRETS = [
     "demo-manage-secret-not-real",
@@ -139,6 +141,17 @@ def scan_files(roots: Iterable[Path], secrets: Secrets, report: Report) -> None:
         report.check(str(path), data, secrets)
 
 
+async def offset_pages(
+    read: Callable[..., Awaitable[Sequence[Any]]], size: int = 200
+) -> AsyncIterator[Sequence[Any]]:
+    """Every page of a Prefect ``read_*`` call that pages by ``limit`` and ``offset``."""
+    for offset in range(0, 1_000_000, size):
+        page = await read(limit=size, offset=offset)
+        yield page
+        if len(page) < size:
+            return
+
+
 async def scan_prefect_api(secrets: Secrets, report: Report) -> None:
     """What the Prefect API serves: logs, artifacts, events, flow runs, variables, blocks."""
     from prefect.client.orchestration import get_client
@@ -148,29 +161,19 @@ async def scan_prefect_api(secrets: Secrets, report: Report) -> None:
     await APILogHandler.aflush()  # logs and events are sent in batches: send what is queued
     await EventsWorker.drain_all()
     async with get_client() as client:
-        for offset in range(0, 1_000_000, 200):
-            logs = await client.read_logs(limit=200, offset=offset)
+        async for logs in offset_pages(client.read_logs):
             for log in logs:
                 report.check(f"log {log.id}", log.message, secrets)
             report.count("logs", len(logs))
-            if len(logs) < 200:
-                break
-        for offset in range(0, 1_000_000, 200):
-            artifacts = await client.read_artifacts(limit=200, offset=offset)
+        async for artifacts in offset_pages(client.read_artifacts):
             for artifact in artifacts:
                 text = f"{artifact.key} {artifact.description} {artifact.data!r}"
                 report.check(f"artifact {artifact.key or artifact.id}", text, secrets)
             report.count("artifacts", len(artifacts))
-            if len(artifacts) < 200:
-                break
-        for offset in range(0, 1_000_000, 200):
-            runs = await client.read_flow_runs(limit=200, offset=offset)
+        async for runs in offset_pages(client.read_flow_runs):
             for run in runs:
-                text = run.model_dump_json()
-                report.check(f"flow run {run.name}", text, secrets)
+                report.check(f"flow run {run.name}", run.model_dump_json(), secrets)
             report.count("flow_runs", len(runs))
-            if len(runs) < 200:
-                break
         variables = await client.read_variables()
         for variable in variables:
             report.check(f"variable {variable.name}", repr(variable.value), secrets)
@@ -187,16 +190,6 @@ async def scan_prefect_api(secrets: Secrets, report: Report) -> None:
             report.count("events", len(page.events))
             pages += 1
             page = await client.read_events_page(page.next_page) if page.next_page else None
-
-
-def prefect_database_files() -> list[Path]:
-    from prefect.settings import get_current_settings
-
-    url = str(get_current_settings().server.database.connection_url.get_secret_value())
-    if "sqlite" not in url:
-        return []
-    database = Path(url.split(":///", 1)[1])
-    return sorted(database.parent.glob(database.name + "*"))
 
 
 # --------------------------------------------------------------------------- activity
