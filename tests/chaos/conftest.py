@@ -15,6 +15,7 @@ so faults reach the Prefect task retries under test.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -110,3 +111,30 @@ def kill_hard(child: subprocess.Popen[str]) -> None:
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
+
+
+async def start_lock_holder(code: str) -> subprocess.Popen[str]:
+    """Start ``code`` in a child that takes a lock and prints HELD; return once it holds it."""
+    child = start_child(code, child_env())
+    assert child.stdout is not None
+    line = await asyncio.to_thread(child.stdout.readline)
+    assert line.strip() == "HELD", child.stderr.read() if child.stderr else ""
+    return child
+
+
+async def settle_reviewed_links(
+    present: list[dict[str, Any]], absent: list[dict[str, Any]]
+) -> None:
+    """The operator's follow-up of needs_review links, after checking each document: the links
+    found there are marked attached (nothing sent), the missing ones are resent once."""
+    from flows.document_links import attach_document_links
+    from tasks.outcomes import Outcome
+
+    if present:
+        _, settled = await run_flow(
+            attach_document_links, links=present, unconfirmed_links="mark_attached"
+        )
+        assert settled.failed == 0
+    if absent:
+        _, resent = await run_flow(attach_document_links, links=absent, unconfirmed_links="resend")
+        assert resent.counts == {Outcome.SUCCEEDED: len(absent)}

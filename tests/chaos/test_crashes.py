@@ -32,8 +32,10 @@ from tests.chaos.conftest import (
     group_adds,
     kill_hard,
     run_flow,
+    settle_reviewed_links,
     slow,
     start_child,
+    start_lock_holder,
     wait_for,
     write_counts,
 )
@@ -100,14 +102,7 @@ async def test_flow_process_killed_mid_run_then_document_links_rerun(
     # the operator checks each reviewed link on its document, then settles it
     present = [link for link in review if after.get(_key(link))]
     absent = [link for link in review if not after.get(_key(link))]
-    if present:
-        _, settled = await run_flow(
-            attach_document_links, links=present, unconfirmed_links="mark_attached"
-        )
-        assert settled.failed == 0
-    if absent:
-        _, resent = await run_flow(attach_document_links, links=absent, unconfirmed_links="resend")
-        assert resent.counts == {Outcome.SUCCEEDED: len(absent)}
+    await settle_reviewed_links(present, absent)
     _, final = await run_flow(attach_document_links, input_file=str(manifest))
     assert final.counts == {Outcome.SKIPPED: len(links)}
     assert write_counts(chaos_env, "document_link") == {_key(link): 1 for link in links}
@@ -178,10 +173,7 @@ async def test_token_lock_of_a_killed_holder_is_free_at_once(chaos_env: SandboxH
     from tasks.connection import shared_broker
 
     settings = load_settings()
-    child = start_child(_lock_holder_code(str(settings.state_dir)), child_env())
-    assert child.stdout is not None
-    line = await asyncio.to_thread(child.stdout.readline)
-    assert line.strip() == "HELD", child.stderr.read() if child.stderr else ""
+    child = await start_lock_holder(_lock_holder_code(str(settings.state_dir)))
     lock, key = local_lock(settings), CustomerKey.from_settings(settings)
     with pytest.raises(TokenLockTimeoutError):
         async with lock.hold(key, wait_seconds=0.3):
@@ -221,10 +213,7 @@ async def test_prefect_lease_lock_of_a_killed_holder_is_broken_within_60_s(
         asyncio.run(main())
         """
     )
-    child = start_child(code, child_env())
-    assert child.stdout is not None
-    line = await asyncio.to_thread(child.stdout.readline)
-    assert line.strip() == "HELD", child.stderr.read() if child.stderr else ""
+    child = await start_lock_holder(code)
     kill_hard(child)
     key = CustomerKey.from_settings(settings)
     async with PrefectVariableLock().hold(key, wait_seconds=LOCK_DEADLINE_SECONDS):
@@ -253,10 +242,7 @@ async def test_audit_log_reader_lock_of_a_killed_run_is_free_within_60_s(
         asyncio.run(main())
         """
     )
-    child = start_child(code, child_env())
-    assert child.stdout is not None
-    line = await asyncio.to_thread(child.stdout.readline)
-    assert line.strip() == "HELD", child.stderr.read() if child.stderr else ""
+    child = await start_lock_holder(code)
     with pytest.raises(TimeoutError):
         async with exclusive_run(name, 0.5):
             pass

@@ -22,6 +22,7 @@ from tests.chaos.conftest import (
     group_adds,
     run_flow,
     run_id,
+    settle_reviewed_links,
     slow,
     stats,
     write_counts,
@@ -249,14 +250,7 @@ async def test_latency_spikes_past_the_timeout_never_duplicate_a_link(
     # the operator's check, done here with the sandbox's counters
     present = [f.rerun_input for f in review if counts.get(_link_key(f.rerun_input))]
     absent = [f.rerun_input for f in review if not counts.get(_link_key(f.rerun_input))]
-    if present:
-        _, settled = await run_flow(
-            attach_document_links, links=present, unconfirmed_links="mark_attached"
-        )
-        assert settled.failed == 0
-    if absent:
-        _, resent = await run_flow(attach_document_links, links=absent, unconfirmed_links="resend")
-        assert resent.counts == {Outcome.SUCCEEDED: len(absent)}
+    await settle_reviewed_links(present, absent)
     _, final = await run_flow(attach_document_links, links=links)
     assert final.counts == {Outcome.SKIPPED: len(links)}
     assert write_counts(chaos_env, "document_link") == {_link_key(link): 1 for link in links}
