@@ -20,14 +20,13 @@ from prefect.utilities.annotations import quote
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateStatus
+from flows import collector
 from flows.inputs import (
     Identifier,
     ItemInput,
     ParsedItems,
-    bulk_reading,
     collect_records,
     dedupe,
-    frozen_heap,
     parse_items,
 )
 from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
@@ -191,9 +190,8 @@ async def add_people_to_groups(
     reported. Per-person errors (e.g. an unknown person) are collected with the service's
     message; the run is Failed (red) if any person was not added.
     """
-    with bulk_reading():
+    with collector.paused():
         parsed = read_membership_items(group_ids, person_ids, input_file)
-    with frozen_heap():
-        return await run_write_job(  # type: ignore[return-value]
-            GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency
-        )
+    return await run_write_job(  # type: ignore[return-value]
+        GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency
+    )

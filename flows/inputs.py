@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import csv
 import functools
-import gc
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
@@ -110,39 +108,6 @@ def _first_problem(
         problem += f" (and {len(errors) - 1} more problem(s) in this item)"
     id_fields = [field_name for field_name in model.model_fields if field_name.endswith("_id")]
     return InputError(name, value, problem, item=describe(where, data, id_fields))
-
-
-@contextmanager
-def bulk_reading() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a bulk input is read.
-
-    Reading 100,000 rows allocates a few objects per row, none of them in a cycle; every few
-    hundred allocations the collector would rescan the whole heap (Prefect's included), which
-    more than doubles the time to read the file. Reference counting still frees everything.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-@contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Exempt everything alive now (the validated bulk input, Prefect's modules) from the
-    cyclic garbage collector for the rest of the block.
-
-    A bulk run keeps its 100,000 validated items for the whole run, while every task run
-    allocates enough to trigger collections; without this each full collection rescans them.
-    Reference counting still frees whatever becomes garbage; the heap is unfrozen at the end.
-    """
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def parse_items(

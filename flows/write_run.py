@@ -34,6 +34,7 @@ from compliance_api.errors import (
     ServerError,
     TransportError,
 )
+from flows import collector
 from flows.inputs import ItemInput, ItemT, ParsedItems
 from tasks.connection import compliance_client
 from tasks.outcomes import AnyResult, ItemResult, ItemsFailed, Outcome, RunSummary
@@ -178,7 +179,8 @@ async def run_write_job(
             await progress.finish()
         else:
             assert client is not None
-            results = await _apply_all(job, client, units, concurrency, progress)
+            with collector.tuned_for_bulk_run():
+                results = await _apply_all(job, client, units, concurrency, progress)
 
     summary = _summary(job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt)
     await publish_results_table(job.flow_key, summary, results)

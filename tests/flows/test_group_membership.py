@@ -27,6 +27,33 @@ async def test_adds_people_in_chunks_of_100(flows_env: SandboxHandle, seed: dict
     assert all(counts[group] == {person: 1 for person in people} for group in groups)
 
 
+async def test_chunks_run_with_the_bulk_collector_settings_and_restore_them(
+    flows_env: SandboxHandle, seed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The calls of a write run see the bulk-run collector thresholds; the process gets its
+    own back when the run ends."""
+    import gc
+
+    from flows.collector import BULK_RUN_THRESHOLD
+    from flows.group_membership import GroupMembership
+
+    before = gc.get_threshold()
+    seen: list[int] = []
+    apply = GroupMembership.apply
+
+    async def observed(self: GroupMembership, client: Any, unit: Any) -> Any:
+        seen.append(gc.get_threshold()[0])
+        return await apply(self, client, unit)
+
+    monkeypatch.setattr(GroupMembership, "apply", observed)
+    state, summary = await run_flow(
+        add_people_to_groups, group_ids=seed["groups"][:1], person_ids=seed["people"][:150]
+    )
+    assert state.is_completed() and summary.counts == {Outcome.SUCCEEDED: 150}
+    assert seen == [BULK_RUN_THRESHOLD, BULK_RUN_THRESHOLD]
+    assert gc.get_threshold() == before != (BULK_RUN_THRESHOLD, *before[1:])
+
+
 async def test_per_person_errors_are_collected_with_messages(
     flows_env: SandboxHandle, seed: dict[str, Any], tmp_path: Path
 ) -> None:
