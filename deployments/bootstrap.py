@@ -53,19 +53,22 @@ async def ensure_token_rate_limit(name: str | None = None) -> str:
 
 
 # The work pool and the variables prefect.yaml reads live in deployments/resources.py; the
-# automations come from the triggers in prefect.yaml; the audit-log readers' run locks are
+# automations come from the triggers in prefect.yaml, except the one that marks runs whose
+# process died Crashed (deployments/unresponsive_runs.py); the audit-log readers' run locks are
 # Prefect Variable leases their runs take themselves (tasks/checkpoints.py) and need no setup.
 from deployments.resources import (  # noqa: E402 - kept next to the steps that use them
     ensure_default_variables,
     ensure_project_dir_variable,
     ensure_work_pool,
 )
+from deployments.unresponsive_runs import ensure_unresponsive_run_detection  # noqa: E402
 
 STEPS: list[Callable[[], Awaitable[str]]] = [
     ensure_token_rate_limit,
     ensure_work_pool,
     ensure_project_dir_variable,
     ensure_default_variables,
+    ensure_unresponsive_run_detection,
 ]
 
 

@@ -28,6 +28,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_ex
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.server_settings import apply_server_settings
+from deployments.unresponsive_runs import GRACE_ENV
 
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
 DEFAULT_PREFECT_PORT = 4200
@@ -107,6 +108,9 @@ class StackOptions:
     worker_env: Mapping[str, str] = field(default_factory=dict)
     #: Prefect variables to set before `prefect deploy` (e.g. a short rerun delay for tests)
     variables: Mapping[str, object] = field(default_factory=dict)
+    #: seconds without a heartbeat before a run is marked Crashed (None: the environment's
+    #: COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS, else 90 s; deployments/unresponsive_runs.py)
+    unresponsive_run_grace_seconds: int | None = None
     startup_timeout: float = 120.0
 
 
@@ -303,10 +307,14 @@ class LocalStack:
         )
 
     def bootstrap(self) -> None:
+        env = self.prefect_env()
+        grace = self.options.unresponsive_run_grace_seconds or os.environ.get(GRACE_ENV)
+        if grace:
+            env[GRACE_ENV] = str(grace)
         self.bootstrap_output = run_to_completion(
             "bootstrap",
             self._python("-m", "deployments.bootstrap"),
-            env=self.prefect_env(),
+            env=env,
             cwd=PROJECT_DIR,
             log_path=self.logs_dir / "bootstrap.log",
             timeout=self.options.startup_timeout,
@@ -347,6 +355,15 @@ class LocalStack:
         )
         self.children.append(child)
         return child
+
+    def replace_worker(self) -> ChildProcess:
+        """Start a new worker in place of one that died (as after a crash of its machine)."""
+        for old in [child for child in self.children if child.name == "worker"]:
+            old.stop()  # whatever is left of it, and its log file
+            self.children.remove(old)
+        worker = self.launch_worker()
+        self.wait_for_worker(worker)
+        return worker
 
     def wait_for_worker(self, worker: ChildProcess) -> None:
         wait_until(

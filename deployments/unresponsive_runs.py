@@ -1,0 +1,93 @@
+"""Flow runs whose process died (a killed worker, a lost machine) are marked Crashed.
+
+Without this, a run whose process is gone stays Running in the UI forever: nothing is left to
+report its end. Every deployment's runs send a heartbeat every :data:`HEARTBEAT_SECONDS`
+(``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` in prefect.yaml's job variables); this automation marks a
+run Crashed when a heartbeat is followed by neither another heartbeat nor a final state within
+the grace period. This is the automation Prefect documents for self-hosted servers ("detect
+zombie flows"). Only runs that have sent a heartbeat are watched, so flows started without
+heartbeats (a script, a test) are never touched.
+
+The operator then reruns the same input: every write flow is safe to rerun after a crash
+(README, Fault tolerance).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+from prefect.events.actions import ChangeFlowRunState
+from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+from prefect.events.schemas.events import ResourceSpecification
+
+from compliance_api.errors import ConfigurationError
+
+AUTOMATION_NAME = "compliance-flows: mark unresponsive flow runs Crashed"
+#: what prefect.yaml sets as PREFECT_FLOWS_HEARTBEAT_FREQUENCY (Prefect's minimum is 30 s)
+HEARTBEAT_SECONDS = 30
+#: three missed heartbeats: a busy machine may delay one, not three
+DEFAULT_GRACE_SECONDS = 90
+GRACE_ENV = "COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS"
+
+_FINAL_EVENTS = {
+    "prefect.flow-run.Completed",
+    "prefect.flow-run.Failed",
+    "prefect.flow-run.Cancelled",
+    "prefect.flow-run.Crashed",
+}
+
+
+def grace_seconds() -> int:
+    """The grace period, from COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS (default 90 s)."""
+    raw = os.environ.get(GRACE_ENV, str(DEFAULT_GRACE_SECONDS))
+    try:
+        seconds = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{GRACE_ENV}={raw!r} is not a whole number of seconds") from None
+    if seconds <= HEARTBEAT_SECONDS:
+        raise ConfigurationError(
+            f"{GRACE_ENV}={seconds} must be longer than the {HEARTBEAT_SECONDS} s between "
+            "heartbeats, or live runs would be marked Crashed"
+        )
+    return seconds
+
+
+def unresponsive_run_automation(grace: int) -> AutomationCore:
+    return AutomationCore(
+        name=AUTOMATION_NAME,
+        description=(
+            f"A flow run that sent a heartbeat and then nothing for {grace} s (no heartbeat, no "
+            "final state) lost its process: it is marked Crashed so it stops showing as Running."
+        ),
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", *_FINAL_EVENTS},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=grace),
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED,
+                message=f"No heartbeat for {grace} s: the flow run's process is gone.",
+            )
+        ],
+    )
+
+
+async def ensure_unresponsive_run_detection() -> str:
+    """Create the automation unless one of that name exists: an operator may have changed its
+    grace period or paused it, and bootstrap keeps operators' changes (delete it to recreate)."""
+    grace = grace_seconds()
+    async with get_client() as client:
+        existing = await client.read_automations_by_name(AUTOMATION_NAME)
+        if existing:
+            state = "enabled" if existing[0].enabled else "paused"
+            return f"kept automation {AUTOMATION_NAME!r} ({state})"
+        await client.create_automation(unresponsive_run_automation(grace))
+    return f"created automation {AUTOMATION_NAME!r} (grace {grace} s)"

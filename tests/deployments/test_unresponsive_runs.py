@@ -1,0 +1,61 @@
+"""Runs whose process died are marked Crashed: the heartbeats prefect.yaml asks for, and the
+automation bootstrap creates (against the session's real Prefect server)."""
+
+from __future__ import annotations
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+
+from compliance_api.errors import ConfigurationError
+from deployments.unresponsive_runs import (
+    AUTOMATION_NAME,
+    GRACE_ENV,
+    HEARTBEAT_SECONDS,
+    ensure_unresponsive_run_detection,
+    grace_seconds,
+)
+from tests.deployments.test_prefect_yaml import DEPLOYMENTS
+
+
+def test_every_deployment_sends_heartbeats_the_automation_expects() -> None:
+    for deployment in DEPLOYMENTS:
+        env = deployment["work_pool"]["job_variables"]["env"]
+        assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == str(HEARTBEAT_SECONDS), deployment
+
+
+@pytest.mark.parametrize(("raw", "problem"), [("abc", "whole number"), ("30", "longer than")])
+def test_a_grace_period_that_would_crash_live_runs_is_refused(
+    raw: str, problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(GRACE_ENV, raw)
+    with pytest.raises(ConfigurationError, match=rf"{GRACE_ENV}=.*{problem}"):
+        grace_seconds()
+
+
+@pytest.mark.usefixtures("prefect_server")
+async def test_bootstrap_creates_the_automation_once_and_keeps_an_operators_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(GRACE_ENV, "120")
+    async with get_client() as client:
+        for old in await client.read_automations_by_name(AUTOMATION_NAME):
+            await client.delete_automation(old.id)
+
+    assert (await ensure_unresponsive_run_detection()).startswith("created")
+    async with get_client() as client:
+        (automation,) = await client.read_automations_by_name(AUTOMATION_NAME)
+        trigger = automation.trigger
+        assert trigger.posture == "Proactive"
+        assert trigger.after == {"prefect.flow-run.heartbeat"}
+        assert {"prefect.flow-run.heartbeat", "prefect.flow-run.Completed"} <= trigger.expect
+        assert trigger.for_each == {"prefect.resource.id"}
+        assert trigger.within.total_seconds() == 120
+        (action,) = automation.actions
+        assert action.state == StateType.CRASHED
+        await client.pause_automation(automation.id)
+
+    assert "paused" in await ensure_unresponsive_run_detection()
+    async with get_client() as client:
+        (kept,) = await client.read_automations_by_name(AUTOMATION_NAME)
+    assert kept.id == automation.id and not kept.enabled
