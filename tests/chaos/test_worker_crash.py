@@ -1,0 +1,92 @@
+"""A worker killed mid-run together with the flow run it started (SIGKILL to the whole process
+tree, as when its machine dies), then what an operator sees and does.
+
+* The run stays Running until its heartbeats stop long enough: then the unresponsive-run
+  automation that bootstrap creates marks it Crashed (deployments/unresponsive_runs.py).
+* A new worker and a rerun of the same input finish the job: add-people is set-semantic, so
+  every person is sent exactly once more and nobody is lost; the stored token is reused.
+
+Its own local stack (a real ``prefect server start``, ``prefect deploy --all``, a process
+worker), so it is one of the slow scenarios (CHAOS_FULL=1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
+from sandbox.control import SandboxControl
+from tests.chaos.conftest import ADD_PEOPLE, slow
+from tests.deployments.test_e2e import eventually, run_deployment, state_of
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
+
+DEPLOYMENT = "Add people to groups/add-people-to-groups"
+#: shorter than the 90 s default so the test waits less; still longer than the 30 s heartbeat
+GRACE_SECONDS = 45
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[LocalStack]:
+    options = StackOptions(
+        state_dir=tmp_path / "stack",
+        prefect_port=None,
+        sandbox_port=None,
+        ui=False,
+        worker_poll_seconds=1.0,
+        unresponsive_run_grace_seconds=GRACE_SECONDS,
+        startup_timeout=180.0,
+    )
+    with LocalStack(options) as running:
+        yield running
+
+
+@slow
+def test_worker_killed_mid_run_is_marked_crashed_and_the_rerun_finishes(
+    stack: LocalStack,
+) -> None:
+    control = SandboxControl(stack.sandbox_url)
+    seed = control.seed()
+    group, people = seed["groups"][0], seed["people"][:400]
+    parameters = {"group_ids": [group], "person_ids": people, "concurrency": 1}
+    control.set_fault(route=ADD_PEOPLE, latency_ms=500)
+
+    killed_run = run_deployment(stack, DEPLOYMENT, parameters)
+    eventually("the first chunks", lambda: len(adds(control, group)) >= 100, timeout=120)
+    worker = next(child for child in stack.children if child.name == "worker")
+    tree = worker.tree()
+    assert len(tree) >= 2, "the worker and the flow run process it started"
+    for process in tree:
+        process.kill()
+    psutil.wait_procs(tree, timeout=10)
+    control.clear_faults()
+    before = adds(control, group)
+    assert 100 <= len(before) < len(people) and max(before.values()) == 1
+    assert state_of(stack, killed_run)["type"] == "RUNNING", "nothing is left to report its end"
+
+    stack.replace_worker()
+    rerun = run_deployment(stack, DEPLOYMENT, parameters)
+    finished = eventually(
+        "the rerun to finish",
+        lambda: (s := state_of(stack, rerun))["type"] in {"COMPLETED", "FAILED", "CRASHED"} and s,
+    )
+    assert finished["type"] == "COMPLETED", finished
+    # nobody lost, and the rerun sent every person exactly once more (a harmless re-add)
+    assert adds(control, group) == {person: before.get(person, 0) + 1 for person in people}
+    assert control.stats()["token_mints"] == {DEMO_CLIENT_ID: 1}, "the stored token is reused"
+
+    crashed = eventually(
+        "the killed run to be marked Crashed",
+        lambda: (s := state_of(stack, killed_run))["type"] == "CRASHED" and s,
+        timeout=GRACE_SECONDS + 120,
+    )
+    assert "heartbeat" in crashed["message"]
+
+
+def adds(control: SandboxControl, group: str) -> dict[str, int]:
+    counts: dict[str, int] = control.stats()["group_add_counts"].get(group, {})
+    return counts
