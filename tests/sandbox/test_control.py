@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deployments.stack import free_port
 from sandbox.control import SandboxControlError
 from sandbox.data import Dataset
 from sandbox.runner import run_sandbox_in_thread
@@ -241,14 +241,8 @@ def test_applications_file_replaces_the_demo_set(tmp_path: Path) -> None:
         assert [a["client_id"] for a in handle.control.apps()] == ["acme-manage", "acme-gov"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_console_script_serves_both_tiers_and_stops_on_sigint() -> None:
-    port, gov_port = _free_port(), _free_port()
+    port, gov_port = free_port(), free_port()
     command = [sys.executable, "-m", "sandbox", "--port", str(port), "--gov-port", str(gov_port)]
     process = subprocess.Popen(
         [*command, "--seed", "3", "--log-level", "warning"],
