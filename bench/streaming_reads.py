@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import sandbox_process
+from bench.common import prefect_server, sandbox_process
 
 CLIENT_ID = "demo-manage"
 CLIENT_SECRET = "demo-manage-secret-not-real"
@@ -179,10 +179,6 @@ def main(argv: list[str] | None = None) -> None:
 
     from cryptography.fernet import Fernet
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    from deployments.server_settings import apply_server_settings
 
     state = tempfile.mkdtemp(prefix="bench-streaming-state-")
     env = {
@@ -198,9 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
-        apply_server_settings()  # the server the project's stack runs
-        stack.enter_context(prefect_test_harness(server_startup_timeout=120))
-        env["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
+        env["PREFECT_API_URL"] = stack.enter_context(prefect_server())
 
         async def limit() -> None:
             async with get_client() as client:

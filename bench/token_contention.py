@@ -230,15 +230,13 @@ def main(argv: list[str] | None = None) -> None:
     import tempfile
 
     from cryptography.fernet import Fernet
-    from prefect.testing.utilities import prefect_test_harness
 
+    from bench.common import prefect_server
     from deployments.bootstrap import ensure_token_rate_limit
-    from deployments.server_settings import apply_server_settings
     from sandbox.runner import run_sandbox_in_thread
 
     print(f"{args.processes} processes x {args.runs} concurrent runs x {CALLS_PER_RUN} calls")
-    apply_server_settings()  # the server the project's stack runs
-    with run_sandbox_in_thread() as sandbox, prefect_test_harness(server_startup_timeout=60):
+    with run_sandbox_in_thread() as sandbox, prefect_server():
         asyncio.run(ensure_token_rate_limit())
         control = sandbox.control
         for mode in ("shared", "naive"):
