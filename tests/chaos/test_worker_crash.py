@@ -21,7 +21,12 @@ import pytest
 from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
 from sandbox.control import SandboxControl
 from tests.chaos.conftest import ADD_PEOPLE, slow
-from tests.deployments.test_e2e import eventually, run_deployment, state_of
+from tests.deployments.test_e2e import (
+    assert_no_secret_in_prefect_database,
+    eventually,
+    run_deployment,
+    state_of,
+)
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
@@ -85,6 +90,7 @@ def test_worker_killed_mid_run_is_marked_crashed_and_the_rerun_finishes(
         timeout=GRACE_SECONDS + 120,
     )
     assert "heartbeat" in crashed["message"]
+    assert_no_secret_in_prefect_database(stack)  # nor after a crash and a new worker
 
 
 def adds(control: SandboxControl, group: str) -> dict[str, int]:
