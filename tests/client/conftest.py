@@ -9,13 +9,11 @@ operation's published request schema, so any client test doubles as a contract t
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,19 +25,15 @@ from compliance_api.auth import AccessToken
 from compliance_api.client import ComplianceClient
 from compliance_api.providers import InMemoryTokenProvider
 from compliance_api.retry import RetryPolicy
+from tests.fixtures.spec import require_schema_dir
 
-ROOT = Path(__file__).resolve().parents[2]
-SPEC_DIR = Path(
-    os.environ.get("COMPLIANCE_SPEC_DIR", ROOT.parent / "shared" / "spec" / "vanta-schemas")
-)
 BASE_URL = "http://api.test"
 FAST_RETRIES = RetryPolicy(max_attempts=4, initial_wait=0.001, max_wait=0.002, max_retry_after=0.05)
 
 
 def load_schemas() -> dict[str, dict[str, Any]]:
-    if not SPEC_DIR.is_dir():
-        pytest.skip(f"published schemas not found at {SPEC_DIR} (set COMPLIANCE_SPEC_DIR)")
-    return {path.stem: json.loads(path.read_text()) for path in sorted(SPEC_DIR.glob("*.json"))}
+    schema_dir = require_schema_dir()
+    return {path.stem: json.loads(path.read_text()) for path in sorted(schema_dir.glob("*.json"))}
 
 
 @pytest.fixture(scope="session")

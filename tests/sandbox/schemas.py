@@ -1,17 +1,15 @@
-"""The published response schemas (../shared/spec/vanta-schemas), keyed by "METHOD /path"."""
+"""The published response schemas (tests/fixtures/spec.py finds them), keyed by "METHOD /path"."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEMA_DIR = REPO / ".." / "shared" / "spec" / "vanta-schemas"
+from tests.fixtures.spec import require_schema_dir
 
 _formats = FormatChecker()
 
@@ -26,12 +24,13 @@ def _is_datetime(value: object) -> bool:
 
 @cache
 def operations() -> dict[str, dict[str, Any]]:
+    schema_dir = require_schema_dir()
     found = {}
-    for path in sorted(SCHEMA_DIR.glob("*.json")):
+    for path in sorted(schema_dir.glob("*.json")):
         spec = json.loads(path.read_text(encoding="utf-8"))
         found[f"{spec['method']} {spec['path']}"] = spec
     if len(found) < 13:
-        raise RuntimeError(f"expected 13 operation schemas in {SCHEMA_DIR}, found {len(found)}")
+        raise RuntimeError(f"expected 13 operation schemas in {schema_dir}, found {len(found)}")
     return found
 
 
