@@ -8,6 +8,10 @@
 3. The rerun reports like any write run (its table links to the earlier run) and records its
    own failures, so a rerun of a rerun works too. ``attempt`` numbers the runs (the original
    is 1, each rerun one more), so an automation can stop after ``max_attempts``.
+4. The automatic rerun sends only the items that failed for a transient reason
+   (``retryable_only``): a person has to act on a refusal (not found, permission denied) or on
+   a link that needs review before sending it again helps. Those are reported again as they
+   were, unsent, so the rerun's own record still lists every item left to do.
 
 From the command line: ``python -m flows.rerun <flow_run_id> [--attempt N] [--dry-run]``.
 """
@@ -35,7 +39,7 @@ from flows.inputs import ItemInput, ParsedItems, dedupe, parse_item
 from flows.promote_vendors import VendorPromotion
 from flows.questionnaires import QuestionnaireRouting
 from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, run_write_job
-from tasks.outcomes import ItemsFailed, RunSummary
+from tasks.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
 from tasks.reporting import FailedItemsRecord, read_failed_items
 
 JobFactory = Callable[[UnconfirmedLinks], AbstractContextManager[WriteJob[Any]]]
@@ -81,12 +85,35 @@ async def _failed_items_of(flow_run_id: str) -> FailedItemsRecord:
     )
 
 
-def _parse_inputs(job: WriteJob[Any], record: FailedItemsRecord) -> ParsedItems[ItemInput]:
+def _parse_inputs(job: WriteJob[Any], inputs: list[dict[str, Any]]) -> ParsedItems[ItemInput]:
     items = [
         parse_item(job.item_model, data, f"failed item {index}")
-        for index, data in enumerate(record.inputs, start=1)
+        for index, data in enumerate(inputs, start=1)
     ]
     return dedupe(items)
+
+
+def _split(
+    record: FailedItemsRecord, retryable_only: bool
+) -> tuple[list[dict[str, Any]], list[ItemResult]]:
+    """The inputs to send, and the earlier failures reported again without sending them."""
+    if not retryable_only:
+        return record.inputs, []
+    send: list[dict[str, Any]] = []
+    kept: list[ItemResult] = []
+    for row, data, outcome in zip(record.rows, record.inputs, record.outcomes, strict=True):
+        if outcome is Outcome.FAILED_RETRYABLE:
+            send.append(data)
+            continue
+        kept.append(
+            ItemResult(
+                item=str(row["item"]),
+                outcome=outcome,
+                reason=f"not rerun automatically ({outcome.value}): {row['reason']}",
+                rerun_input=data,
+            )
+        )
+    return send, kept
 
 
 @flow(name="Rerun failed items", flow_run_name="rerun-{flow_run_id}", validate_parameters=True)
@@ -97,13 +124,16 @@ async def rerun_failed_items(
     unconfirmed_links: UnconfirmedLinks = "report",
     dry_run: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
+    retryable_only: bool = False,
 ) -> RunSummary:
     """Rerun exactly the failed items of an earlier run of any write flow (or of a rerun).
 
     ``attempt`` numbers this rerun (the original run is attempt 1); left empty, it is the
     earlier run's attempt + 1. Past ``max_attempts`` the rerun refuses to start.
     ``unconfirmed_links`` only matters for document links reported needs_review: "resend" or
-    "mark_attached" after checking them.
+    "mark_attached" after checking them. ``retryable_only`` (what the automatic rerun uses)
+    sends only the items that failed for a transient reason and reports the others again,
+    unsent.
     """
     run_id = _check_run_id(flow_run_id)
     record = await _failed_items_of(run_id)
@@ -118,16 +148,24 @@ async def rerun_failed_items(
     factory = JOBS.get(record.flow_key)
     if factory is None:
         raise InputError("flow_run_id", run_id, f"unknown write flow {record.flow_key!r}")
+    send, kept = _split(record, retryable_only)
     logger = get_run_logger()
     logger.info(
         "Rerunning %d failed item(s) of %s run %s (attempt %d)",
-        len(record.rows),
+        len(send),
         record.flow_key,
         run_id,
         attempt,
     )
+    if kept:
+        logger.warning(
+            "Not sending %d item(s) that failed for a reason a rerun cannot fix (only "
+            "failed_retryable items are rerun automatically); they stay failed in this run's "
+            "record: fix them, then rerun this run by hand",
+            len(kept),
+        )
     with factory(unconfirmed_links) as job:
-        parsed = _parse_inputs(job, record)
+        parsed = _parse_inputs(job, send)
         return await run_write_job(  # type: ignore[return-value]
             job,
             parsed,
@@ -135,6 +173,7 @@ async def rerun_failed_items(
             concurrency=concurrency,
             rerun_of=run_id,
             attempt=attempt,
+            carried=kept,
         )
 
 
@@ -155,6 +194,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--unconfirmed-links", choices=["report", "resend", "mark_attached"], default="report"
     )
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument(
+        "--retryable-only",
+        action="store_true",
+        help="send only items that failed for a transient reason (as the automatic rerun does)",
+    )
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     return parser.parse_args(argv)
 
@@ -171,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 unconfirmed_links=args.unconfirmed_links,
                 dry_run=args.dry_run,
                 concurrency=args.concurrency,
+                retryable_only=args.retryable_only,
             )
         )
     except ItemsFailed as failed:

@@ -150,11 +150,16 @@ async def run_write_job(
     concurrency: int,
     rerun_of: str | None = None,
     attempt: int = 1,
+    carried: Sequence[ItemResult] = (),
 ) -> RunSummary | State[Any]:
     """Apply (or plan) every item, publish the reports, and return the run's final outcome.
 
     Returns the summary when every item succeeded (or was skipped/planned), otherwise a Failed
     state whose data is :class:`ItemsFailed` carrying the same summary.
+
+    ``carried`` are earlier failures this run reports again without sending them (an automatic
+    rerun leaves refusals to a person): they keep the run red and stay in its failed-items
+    record, so the last run of a chain always lists everything still to do.
     """
     check_concurrency(concurrency)
     logger = get_run_logger()
@@ -168,7 +173,7 @@ async def run_write_job(
     mode = "Dry run: planning" if dry_run else "Applying"
     logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))
 
-    needs_client = not dry_run or job.reads_during_validation
+    needs_client = bool(units) and (not dry_run or job.reads_during_validation)
     async with compliance_client() if needs_client else nullcontext(None) as client:
         if client is not None:
             await obtain_token_first(logger)
@@ -177,11 +182,16 @@ async def run_write_job(
         if dry_run:
             results = [result for unit in units for result in job.plan(unit)]
             await progress.finish()
-        else:
+        elif units:
             assert client is not None
             with collector.tuned_for_bulk_run():
                 results = await _apply_all(job, client, units, concurrency, progress)
+        else:  # only carried failures: nothing to send
+            results = []
+            await progress.finish()
 
+    if carried:
+        results = [*results, *carried]
     summary = _summary(job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt)
     await publish_results_table(job.flow_key, summary, results)
     if not dry_run:

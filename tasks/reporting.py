@@ -34,6 +34,8 @@ from tasks.outcomes import AnyResult, Outcome, RunSummary
 FAILED_ITEMS_PREFIX = "failed-items-"
 #: the event a run with failed items emits (automations hang reruns on it)
 FAILED_ITEMS_EVENT = "compliance.write-run.failed-items"
+#: that event's resource label: "true" when some failed items are worth an automatic rerun
+RETRYABLE_LABEL = "compliance.retryable-items"
 #: most rows of succeeded/skipped items shown in the results table (failures are always shown)
 MAX_OK_ROWS = 1000
 
@@ -238,23 +240,31 @@ def _rows(data: Any) -> list[dict[str, Any]]:
 
 
 def emit_failed_items_event(flow_key: str, summary: RunSummary) -> None:
-    """Tell automations that this run left failed items (e.g. to schedule a capped rerun)."""
+    """Tell automations that this run left failed items (e.g. to schedule a capped rerun).
+
+    The resource label ``compliance.retryable-items`` says whether any of them failed for a
+    transient reason: an automation can then rerun only runs (and items) that a later attempt
+    can fix, and leave refusals (not found, permission denied, needs review) to a person.
+    """
     if not summary.failed or summary.flow_run_id is None:
         return
     by_outcome = {
         outcome.value: n for outcome, n in summary.counts.items() if outcome.is_failure and n
     }
+    retryable = summary.counts.get(Outcome.FAILED_RETRYABLE, 0)
     emit_event(
         event=FAILED_ITEMS_EVENT,
         resource={
             "prefect.resource.id": f"prefect.flow-run.{summary.flow_run_id}",
             "prefect.resource.role": "flow-run",
             "compliance.write-flow": flow_key,
+            RETRYABLE_LABEL: "true" if retryable else "false",
         },
         payload={
             "flow": flow_key,
             "flow_run_id": summary.flow_run_id,
             "failed": summary.failed,
+            "retryable": retryable,
             "failed_by_outcome": by_outcome,
             "total": summary.total,
             "attempt": summary.attempt,

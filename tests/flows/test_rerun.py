@@ -58,6 +58,9 @@ async def test_rerun_links_to_the_original_and_event_names_the_failures(
     assert event["event"] == "compliance.write-run.failed-items"
     assert event["resource"]["prefect.resource.id"] == f"prefect.flow-run.{run_id(first)}"
     assert event["payload"]["failed"] == 1 and event["payload"]["attempt"] == 1
+    # a vendor that does not exist will not appear by asking again: no automatic rerun
+    assert event["resource"]["compliance.retryable-items"] == "false"
+    assert event["payload"]["retryable"] == 0
     second, summary = await run_flow(rerun_failed_items, flow_run_id=run_id(first))
     assert summary.rerun_of == run_id(first) and summary.total == 1
     _, description = await results_table(run_id(second))
@@ -92,3 +95,46 @@ async def test_no_secret_in_results_artifacts_or_state(
         texts += [str(artifact.data), artifact.description or ""]
     for text in texts:
         assert secret not in text and token not in text
+
+
+async def test_retryable_only_sends_transient_failures_and_carries_the_rest(
+    flows_env: SandboxHandle, seed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(reporting, "emit_event", lambda **kw: events.append(kw))
+    vendor = seed["discovered_vendors"][0]
+    # one call at a time: the first vendor's four attempts (no client retries, three task
+    # retries) meet the four 503s; the unknown vendor then gets its 404
+    flows_env.control.set_fault(ROUTE, error_rate=1.0, status=503, count=4)
+    first, summary = await run_flow(
+        promote_discovered_vendors, discovered_vendor_ids=[vendor, "missing"], concurrency=1
+    )
+    assert {r.item: r.outcome.value for r in summary.failed_items} == {
+        vendor: "failed_retryable",
+        "missing": "failed",
+    }
+    assert events[-1]["resource"]["compliance.retryable-items"] == "true"
+    assert events[-1]["payload"]["retryable"] == 1
+    calls_before = flows_env.control.stats()["route_counts"][ROUTE]
+
+    second, rerun = await run_flow(
+        rerun_failed_items, flow_run_id=run_id(first), retryable_only=True
+    )
+    # only the transient failure was sent, and it went through
+    assert flows_env.control.stats()["route_counts"][ROUTE] == calls_before + 1
+    assert flows_env.control.stats()["write_counts"]["add_to_managed"] == {vendor: 1}
+    # the refusal is reported again, unsent: the run is red and its record still lists it
+    assert second.is_failed()
+    (carried,) = rerun.failed_items
+    assert carried.item == "missing" and carried.outcome.value == "failed"
+    assert carried.reason.startswith("not rerun automatically (failed): not found")
+    assert carried.rerun_input == {"discovered_vendor_id": "missing"}
+    record = await reporting.read_failed_items(run_id(second))
+    assert record is not None and record.inputs == [{"discovered_vendor_id": "missing"}]
+    # nothing left that a later attempt can fix: the chain of automatic reruns ends here
+    assert events[-1]["resource"]["compliance.retryable-items"] == "false"
+
+    # the operator's rerun by hand of that last run sends the refusal again
+    _, by_hand = await run_flow(rerun_failed_items, flow_run_id=run_id(second))
+    assert by_hand.attempt == 3 and by_hand.failed == 1
+    assert flows_env.control.stats()["route_counts"][ROUTE] == calls_before + 2
