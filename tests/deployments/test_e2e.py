@@ -87,6 +87,12 @@ def state_of(stack: LocalStack, flow_run_id: str) -> dict[str, Any]:
     return dict(stack.request("GET", f"/flow_runs/{flow_run_id}").json()["state"])
 
 
+def finished(stack: LocalStack, flow_run_id: str) -> dict[str, Any] | None:
+    """The run's state once it is final, else None."""
+    state = state_of(stack, flow_run_id)
+    return state if state["type"] in {"COMPLETED", "FAILED", "CRASHED"} else None
+
+
 def final(runs: list[dict[str, Any]]) -> bool:
     return bool(runs) and all(
         run["state"]["type"] in {"COMPLETED", "FAILED", "CRASHED"} for run in runs
@@ -94,7 +100,7 @@ def final(runs: list[dict[str, Any]]) -> bool:
 
 
 def emit_failed_items_event(stack: LocalStack, run_id: str, attempt: int) -> None:
-    """What a write run at ``attempt`` that left failed items sends (see tasks/reporting.py)."""
+    """What a write run at ``attempt`` that left a transient failure sends (tasks/reporting.py)."""
     event = {
         "id": str(uuid.uuid4()),
         "occurred": datetime.now(UTC).isoformat(),
@@ -103,8 +109,15 @@ def emit_failed_items_event(stack: LocalStack, run_id: str, attempt: int) -> Non
             "prefect.resource.id": f"prefect.flow-run.{run_id}",
             "prefect.resource.role": "flow-run",
             "compliance.write-flow": "promote-discovered-vendors",
+            "compliance.retryable-items": "true",
         },
-        "payload": {"flow_run_id": run_id, "attempt": attempt, "failed": 1, "total": 1},
+        "payload": {
+            "flow_run_id": run_id,
+            "attempt": attempt,
+            "failed": 1,
+            "retryable": 1,
+            "total": 1,
+        },
     }
     stack.request("POST", "/events", [event])
 
@@ -115,7 +128,8 @@ def test_audit_log_events_drive_deployments_end_to_end(
 ) -> None:
     started = datetime.now(UTC) - timedelta(seconds=5)
     # The scenarios: two vendors discovered (the first promotion call is refused once, so
-    # one promotion fails and the automation reruns it) and a questionnaire ready for review.
+    # one promotion fails, and a refusal is left to an operator) and a questionnaire ready for
+    # review.
     control.set_fault(ADD_TO_MANAGED, error_rate=1.0, status=403, count=1)
     vendors = {control.inject("vendor_discovered")["id"] for _ in range(2)}
     questionnaire = control.inject("questionnaire_ready_for_review")["id"]
@@ -124,26 +138,25 @@ def test_audit_log_events_drive_deployments_end_to_end(
     bridge_run = run_deployment(
         stack, BRIDGE, {"start_date": started.isoformat(), "reset_checkpoint": True}
     )
-    bridge_state = eventually(
-        "the bridge run to finish",
-        lambda: (
-            (s := state_of(stack, bridge_run))["type"] in {"COMPLETED", "FAILED", "CRASHED"} and s
-        ),
-    )
+    bridge_state = eventually("the bridge run to finish", lambda: finished(stack, bridge_run))
     assert bridge_state["type"] == "COMPLETED", bridge_state
 
     # vendor discovered -> promote_discovered_vendors for that vendor -> managed in the sandbox
-    def managed() -> dict[str, int] | None:
-        counts = control.stats()["write_counts"]["add_to_managed"]
-        return counts if vendors <= set(counts) else None
+    def promotions_done() -> list[dict[str, Any]] | None:
+        runs = flow_runs(stack, PROMOTE)
+        return runs if len(runs) == len(vendors) and final(runs) else None
 
-    eventually("both vendors to be managed", managed)
-    promotions = eventually(
-        "the promotion runs to finish", lambda: final(r := flow_runs(stack, PROMOTE)) and r
-    )
+    promotions = eventually("the promotion runs to finish", promotions_done)
     assert sorted(r["state"]["type"] for r in promotions) == ["COMPLETED", "FAILED"]
     assert {r["parameters"]["discovered_vendor_ids"][0] for r in promotions} == vendors
     failed_promotion = next(r for r in promotions if r["state"]["type"] == "FAILED")
+    refused_vendor = failed_promotion["parameters"]["discovered_vendor_ids"][0]
+    managed = control.stats()["write_counts"]["add_to_managed"]
+    assert managed == dict.fromkeys(vendors - {refused_vendor}, 1)
+    # The run's own event says none of its failures is retryable (a 403), so no automatic
+    # rerun. Told that it had a transient failure, the automation reruns it after the delay,
+    # sending only retryable items: the refusal is reported again, unsent.
+    emit_failed_items_event(stack, failed_promotion["id"], attempt=1)
     # as if the same run had already been rerun up to the last attempt: no rerun may go ahead
     emit_failed_items_event(stack, failed_promotion["id"], attempt=MAX_ATTEMPTS)
 
@@ -159,20 +172,31 @@ def test_audit_log_events_drive_deployments_end_to_end(
     assert route_run["parameters"]["questionnaire_ids"] == [questionnaire]
     assert route_run["parameters"]["route"] == ["IN_REVIEW"]
 
-    # failed items -> an automatic rerun after the delay, of exactly the failed run; and none
-    # beyond max_attempts
+    # retryable failed items -> an automatic rerun after the delay, of exactly the failed run,
+    # of its retryable items only; none for the refusal itself and none beyond max_attempts
     def reruns() -> list[dict[str, Any]] | None:
         runs = flow_runs(stack, RERUN)
         return runs if len(runs) >= 2 and final(runs) else None
 
-    by_attempt = {r["parameters"]["attempt"]: r for r in eventually("the reruns", reruns)}
+    automatic_runs = eventually("the reruns", reruns)
+    assert len(automatic_runs) == 2, [r["parameters"] for r in automatic_runs]
+    by_attempt = {r["parameters"]["attempt"]: r for r in automatic_runs}
     assert {r["parameters"]["flow_run_id"] for r in by_attempt.values()} == {failed_promotion["id"]}
     rerun = by_attempt[2]
-    assert rerun["state"]["type"] == "COMPLETED", rerun["state"]
+    assert rerun["parameters"]["retryable_only"] is True
+    assert rerun["state"]["type"] == "FAILED", rerun["state"]  # the refusal, carried unsent
     refused = by_attempt[MAX_ATTEMPTS + 1]
     assert refused["parameters"]["attempt"] == MAX_ATTEMPTS + 1
     assert refused["state"]["type"] == "FAILED"
     assert "max_attempts" in refused["state"]["message"]
+
+    # the operator reruns the last run of the chain by hand (its record still lists the
+    # refusal), raising max_attempts: the vendor is promoted now
+    by_hand = run_deployment(
+        stack, RERUN, {"flow_run_id": rerun["id"], "max_attempts": MAX_ATTEMPTS + 1}
+    )
+    by_hand_state = eventually("the rerun by hand to finish", lambda: finished(stack, by_hand))
+    assert by_hand_state["type"] == "COMPLETED", by_hand_state
 
     # nothing applied twice; one token for every flow run of every process
     stats = control.stats()
@@ -182,7 +206,7 @@ def test_audit_log_events_drive_deployments_end_to_end(
     assert stats["write_counts"]["questionnaire_approve"][questionnaire] == 1
     assert stats["write_counts"]["questionnaire_patch"][questionnaire] == 1
     assert stats["token_mints"] == {DEMO_CLIENT_ID: 1}
-    assert len(flow_runs(stack, RERUN)) == 2
+    assert len(flow_runs(stack, RERUN)) == 3  # the rerun by hand's success starts nothing
 
     assert_no_secret_in_prefect_database(stack)
     assert_stop_leaves_no_process(stack)

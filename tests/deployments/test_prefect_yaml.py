@@ -22,7 +22,7 @@ from prefect.cli.deploy._triggers import DeploymentTriggerAdapter
 from prefect.flows import Flow, load_flow_from_entrypoint
 from prefect.server.events.actions import RunDeployment
 from prefect.server.events.jinja_filters import all_filters
-from prefect.server.events.schemas.events import ReceivedEvent
+from prefect.server.events.schemas.events import ReceivedEvent, Resource, ResourceSpecification
 from prefect.server.utilities.user_templates import register_user_template_filters
 from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
 from prefect.utilities.templating import apply_values
@@ -30,6 +30,7 @@ from prefect.utilities.templating import apply_values
 from deployments.processes import ChildProcess
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.stack import encryption_key
+from tasks.reporting import RETRYABLE_LABEL
 
 CONFIG = yaml.safe_load((PROJECT_DIR / "prefect.yaml").read_text())
 DEPLOYMENTS = CONFIG["deployments"]
@@ -151,7 +152,23 @@ def test_failed_items_rerun_the_same_run_with_the_next_attempt_after_a_delay() -
     )
     parameters = dict(trigger["parameters"])
     parameters["max_attempts"] = 3  # resolved from the variable by `prefect deploy`
-    assert render(parameters, event) == {"flow_run_id": run_id, "attempt": 3, "max_attempts": 3}
+    assert render(parameters, event) == {
+        "flow_run_id": run_id,
+        "attempt": 3,
+        "max_attempts": 3,
+        "retryable_only": True,
+    }
+
+
+def test_only_runs_with_retryable_failures_are_rerun_automatically() -> None:
+    (trigger,) = deployment("rerun_failed_items")["triggers"]
+    spec = ResourceSpecification.model_validate(trigger["match"])
+    run = f"prefect.flow-run.{uuid.uuid4()}"
+    for label, matches in [("true", True), ("false", False), (None, False)]:
+        labels = {"prefect.resource.id": run}
+        if label is not None:
+            labels[RETRYABLE_LABEL] = label
+        assert spec.matches(Resource(root=labels)) is matches, label
 
 
 def test_encryption_key_is_created_once_and_readable_only_by_us(tmp_path: Path) -> None:
