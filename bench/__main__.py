@@ -111,6 +111,27 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
+#: above this share of the cores used by other processes, a run is not comparable with others
+BUSY_MACHINE_SHARE = 0.05
+
+
+def _foreign_cpu_md(foreign: dict[str, Any] | None) -> list[str]:
+    """Whether the machine was the benchmark's own: the flow pays for a busy one, the script not."""
+    if not foreign:
+        return []
+    share = foreign["share_of_cores"]
+    line = (
+        f"* Other processes used {foreign['seconds']} s of CPU during the timed runs "
+        f"({share:.1%} of the cores; the benchmark's own processes: {foreign['ours_seconds']} s)."
+    )
+    if share > BUSY_MACHINE_SHARE:
+        line += (
+            " **The machine was busy: the flow slows far more than the plain script under load, "
+            "so this ratio is inflated** (README, Performance); run it again on an idle machine."
+        )
+    return [line]
+
+
 def _add_people_md(result: dict[str, Any]) -> list[str]:
     summary, config = result["summary"], result["config"]
     small, big = summary["sizes"]
@@ -133,6 +154,7 @@ def _add_people_md(result: dict[str, Any]) -> list[str]:
         "* Checks: "
         + ", ".join(f"{name} = {'yes' if ok else 'NO'}" for name, ok in summary["checks"].items()),
     ]
+    lines += _foreign_cpu_md(result.get("foreign_cpu"))
     waits = [
         r["waited_for_prefect_idle_seconds"]
         for r in result["runs"]

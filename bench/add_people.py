@@ -29,6 +29,7 @@ from bench.common import (
     ADD_PEOPLE_ROUTE,
     DEMO_CLIENT_ID,
     ChildRun,
+    ForeignCpu,
     child_env,
     emit_result,
     peak_rss_mb,
@@ -267,13 +268,14 @@ def run(
         for mode in ("plain", "flow"):  # fills the bytecode cache and warms the server
             _measure(mode, CHUNK, warm, group, concurrency, sandbox, api)
         cold = _measure("flow", CHUNK, warm, group, concurrency, sandbox, api, None, True)
-        for repeat in range(repeats):
-            order = ("plain", "flow") if repeat % 2 == 0 else ("flow", "plain")
-            for size in sizes:
-                for mode in order:
-                    result = _measure(mode, size, files[size], group, concurrency, sandbox, api)
-                    print(json.dumps(result), file=sys.stderr, flush=True)  # noqa: T201
-                    runs.append(result)
+        with ForeignCpu() as foreign:
+            for repeat in range(repeats):
+                order = ("plain", "flow") if repeat % 2 == 0 else ("flow", "plain")
+                for size in sizes:
+                    for mode in order:
+                        result = _measure(mode, size, files[size], group, concurrency, sandbox, api)
+                        print(json.dumps(result), file=sys.stderr, flush=True)  # noqa: T201
+                        runs.append(result)
         if profile:
             target = str(workdir / "flow.prof")
             _measure(
@@ -290,6 +292,11 @@ def run(
         },
         "runs": runs,
         "summary": summarize(runs, sizes),
+        "foreign_cpu": {
+            "seconds": round(foreign.seconds, 1),
+            "share_of_cores": round(foreign.share, 3),
+            "ours_seconds": round(foreign.ours_seconds, 1),
+        },
         "no_bytecode_cache_flow_run": cold,
         "profile": profile_text,
     }

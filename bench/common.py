@@ -62,6 +62,49 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class ForeignCpu:
+    """CPU time that processes outside this benchmark used while it ran (``with`` block).
+
+    The flow side keeps most of a core busy and the Prefect server most of the other, the
+    plain script hardly any: a third busy process slows the flow far more than its baseline
+    (README, Performance). So a ratio is only comparable with another when this is near zero.
+    Ours: this process, every live descendant and every child it has waited for; foreign: the
+    rest of the machine's busy time (other processes, the kernel's own threads).
+    """
+
+    def __enter__(self) -> ForeignCpu:
+        self._start = (time.monotonic(), _machine_busy_seconds(), _tree_cpu_seconds())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        wall0, busy0, ours0 = self._start
+        wall = time.monotonic() - wall0
+        self.ours_seconds = _tree_cpu_seconds() - ours0
+        self.seconds = max(0.0, _machine_busy_seconds() - busy0 - self.ours_seconds)
+        self.share = self.seconds / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
+
+
+def _machine_busy_seconds() -> float:
+    """All CPU time not idle; steal (the host running someone else) counts as busy.
+
+    Linux already counts guest time inside user time, so it is not added twice.
+    """
+    times = psutil.cpu_times()
+    not_busy = ("idle", "iowait", "guest", "guest_nice")
+    return float(sum(times) - sum(getattr(times, name, 0.0) for name in not_busy))
+
+
+def _tree_cpu_seconds() -> float:
+    """Each process counted once: live ones by their own time plus their waited-for children."""
+    total = 0.0
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 def machine() -> dict[str, Any]:
     """What the numbers were measured on; RESULTS.md prints it above the tables."""
     memory = psutil.virtual_memory()

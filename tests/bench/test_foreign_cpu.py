@@ -1,0 +1,58 @@
+"""The benchmark's check that it had the machine to itself (bench.common.ForeignCpu)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.__main__ import _foreign_cpu_md
+from bench.common import ForeignCpu
+
+#: burns this many seconds of CPU, then exits
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {seconds}: pass\n"
+
+
+def test_a_child_of_the_benchmark_is_its_own_work() -> None:
+    with ForeignCpu() as foreign:
+        subprocess.run([sys.executable, "-c", BURN.format(seconds=1.0)], check=True)
+    assert foreign.ours_seconds >= 0.9
+    assert foreign.seconds < 0.5
+
+
+def test_a_process_outside_the_benchmark_is_foreign(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    # the shell starts the burner in the background and exits at once: the burner is
+    # re-parented away from this process tree, like any other program on the machine
+    script = f'{sys.executable} -c "$BURN" & echo $! > {pid_file}'
+    with ForeignCpu() as foreign:
+        subprocess.run(
+            ["sh", "-c", script], check=True, env={**os.environ, "BURN": BURN.format(seconds=1.5)}
+        )
+        burner = int(pid_file.read_text())
+        deadline = time.monotonic() + 60
+        while running(burner) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert not running(burner)
+    assert foreign.seconds >= 1.2
+    assert foreign.ours_seconds < 1.0
+
+
+def test_results_flag_a_busy_machine() -> None:
+    idle = _foreign_cpu_md({"seconds": 1.0, "share_of_cores": 0.01, "ours_seconds": 80.0})
+    busy = _foreign_cpu_md({"seconds": 30.0, "share_of_cores": 0.2, "ours_seconds": 80.0})
+    assert "1.0%" in idle[0] and "busy" not in idle[0]
+    assert "20.0%" in busy[0] and "The machine was busy" in busy[0]
+    assert _foreign_cpu_md(None) == []
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an init that does not reap would leave one)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
