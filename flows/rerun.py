@@ -13,7 +13,8 @@
    a link that needs review before sending it again helps. Those are reported again as they
    were, unsent, so the rerun's own record still lists every item left to do.
 
-From the command line: ``python -m flows.rerun <flow_run_id> [--attempt N] [--dry-run]``.
+From the command line:
+``python -m flows.rerun <flow_run_id> [--attempt N] [--dry-run] [--retryable-only]``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ JOBS: dict[str, JobFactory] = {
 
 #: attempts in total, the original run included
 DEFAULT_MAX_ATTEMPTS = 5
+#: how a retryable-only rerun reports an earlier failure it did not send
+NOT_RERUN = "not rerun automatically"
 
 
 def _check_run_id(flow_run_id: str) -> str:
@@ -105,13 +108,11 @@ def _split(
         if outcome is Outcome.FAILED_RETRYABLE:
             send.append(data)
             continue
+        reason = str(row["reason"])
+        if not reason.startswith(NOT_RERUN):  # carried along a chain: say it once
+            reason = f"{NOT_RERUN} ({outcome.value}): {reason}"
         kept.append(
-            ItemResult(
-                item=str(row["item"]),
-                outcome=outcome,
-                reason=f"not rerun automatically ({outcome.value}): {row['reason']}",
-                rerun_input=data,
-            )
+            ItemResult(item=str(row["item"]), outcome=outcome, reason=reason, rerun_input=data)
         )
     return send, kept
 

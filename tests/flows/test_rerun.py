@@ -133,8 +133,12 @@ async def test_retryable_only_sends_transient_failures_and_carries_the_rest(
     assert record is not None and record.inputs == [{"discovered_vendor_id": "missing"}]
     # nothing left that a later attempt can fix: the chain of automatic reruns ends here
     assert events[-1]["resource"]["compliance.retryable-items"] == "false"
+    # carried once more (a chain that goes on for other items), it is described only once
+    _, again = await run_flow(rerun_failed_items, flow_run_id=run_id(second), retryable_only=True)
+    assert [r.reason for r in again.failed_items] == [carried.reason]
 
     # the operator's rerun by hand of that last run sends the refusal again
     _, by_hand = await run_flow(rerun_failed_items, flow_run_id=run_id(second))
     assert by_hand.attempt == 3 and by_hand.failed == 1
+    assert by_hand.failed_items[0].reason.startswith("not found")
     assert flows_env.control.stats()["route_counts"][ROUTE] == calls_before + 2
