@@ -261,7 +261,8 @@ def _print_report(steps: list[Step], sandbox_url: str, timings: dict[str, float]
         "How to rerun failures: every write run records its failed items in Prefect. Against "
         "a running stack (make serve), run `python -m flows.rerun <flow_run_id>` or start the "
         "'Rerun failed items' deployment with that flow_run_id; only the failed items are "
-        "sent. Links reported needs_review are resent only with unconfirmed_links='resend' "
+        "sent. The stack also reruns failed_retryable items on its own after a delay; refusals "
+        "wait for you. Links reported needs_review are resent only with unconfirmed_links='resend' "
         "(after checking the document) or settled with 'mark_attached'. This demo's Prefect "
         "server was temporary, so its run ids are gone now."
     )
