@@ -17,11 +17,12 @@ from bench.common import ForeignCpu
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {seconds}: pass\n"
 
 
-def test_a_child_of_the_benchmark_is_its_own_work() -> None:
+def test_a_child_of_the_benchmark_is_its_own_work_counted_once() -> None:
+    # (foreign time is the machine's busy time minus this, so only this is checked here: what
+    # other programs on a shared machine do meanwhile is not the test's to control)
     with ForeignCpu() as foreign:
         subprocess.run([sys.executable, "-c", BURN.format(seconds=1.0)], check=True)
-    assert foreign.ours_seconds >= 0.9
-    assert foreign.seconds < 0.5
+    assert 0.9 <= foreign.ours_seconds < 1.5
 
 
 def test_a_process_outside_the_benchmark_is_foreign(tmp_path: Path) -> None:
