@@ -23,6 +23,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.events import Event
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from compliance_api.client import ComplianceClient
@@ -149,7 +150,7 @@ async def package_vulnerability_digest(
     sent = 0
     if events:
         async with EventSink() as sink:
-            sent = await send_events(sink, events)
+            sent = await send_events(sink, quote(events))
     await _publish_vulnerabilities(resource_id, digest, action_required, action_floor)
     get_run_logger().info(
         "%s findings for %s; %s need action (%s events sent)",
@@ -242,7 +243,7 @@ async def security_training_report(
         ]
         if events:
             async with EventSink() as sink:
-                sent = await send_events(sink, events)
+                sent = await send_events(sink, quote(events))
     await _publish_training(resource_id, digest, top_n)
     summary = digest.summary()
     get_run_logger().info(

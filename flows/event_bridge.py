@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from compliance_api.errors import InputError
@@ -144,7 +145,7 @@ async def _bridge(
         ):
             events = [audit_event(entry) for entry in page.new_entries]
             if events:
-                await send_events(sink, events)
+                await send_events(sink, quote(events))
             await save_bridge_checkpoint(store, page.checkpoint)
             checkpoint = page.checkpoint
             result.emitted += len(events)

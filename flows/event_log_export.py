@@ -24,6 +24,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from compliance_api.errors import InputError
@@ -64,7 +65,11 @@ async def write_export_page(
     entries: list[EventLogEntry],
     log_checkpoint: EventLogCheckpoint,
 ) -> ExportCheckpoint:
-    """Append and fsync, then commit the checkpoint: the order that makes it exactly once."""
+    """Append and fsync, then commit the checkpoint: the order that makes it exactly once.
+
+    The caller passes ``quote(entries)``: walking a page's 100 entries field by field to resolve
+    and record the task's inputs was half of the export's CPU time.
+    """
     return await asyncio.to_thread(_write_and_commit, export, checkpoint, entries, log_checkpoint)
 
 
@@ -149,7 +154,7 @@ async def _export(
         ):
             before = dict(checkpoint.lines)
             checkpoint = await write_export_page(
-                export, checkpoint, page.new_entries, page.checkpoint
+                export, checkpoint, quote(page.new_entries), page.checkpoint
             )
             touched.update(name for name, n in checkpoint.lines.items() if before.get(name) != n)
             result.written += len(page.new_entries)

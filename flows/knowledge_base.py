@@ -23,6 +23,7 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.events import Event
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from compliance_api.client import ComplianceClient
@@ -156,7 +157,7 @@ async def scan_source(
                 if reason in reasons and sink is not None:
                     events.append(kb_item_event(item, reason, params.rules))
         if events and sink is not None:
-            sent += await send_events(sink, events)
+            sent += await send_events(sink, quote(events))
         cursor = page.page_info.end_cursor
         if not page.page_info.has_next_page or not cursor:
             return pages, sent
