@@ -7,7 +7,7 @@ its whole length, and with the default thresholds the youngest generation is col
 700 container allocations, which a chunk's task run (states, events, contexts) passes many times.
 Measured on the add-people benchmark (100,000 ids): 830 young collections, 75 middle and 6 full
 ones per run, and a marginal cost ratio of 1.19-1.22 against the plain script; with the settings
-below, 1.08-1.22 (median 1.145 over nine runs; README, Performance).
+below, 1.08-1.12 on an idle machine (README, Performance).
 
 Thresholds and the frozen set are process-wide, and a process may run several flows at once (a
 test session, a ``serve`` process with threads): the settings are reference-counted, so the
