@@ -14,13 +14,9 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["PREFECT_CLI_PROMPT"] = "false"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ["COMPLIANCE_STATE_DIR"] = os.path.join(_HOME, "state")
-# Keep a developer's own .env or COMPLIANCE_* variables out of the tests (except where the
-# published schemas are, a setting of the tests themselves: tests/fixtures/spec.py).
+# Keep a developer's own .env or COMPLIANCE_* variables out of the tests.
 for _name in list(os.environ):
-    if _name.startswith("COMPLIANCE_") and _name not in {
-        "COMPLIANCE_STATE_DIR",
-        "COMPLIANCE_SPEC_DIR",
-    }:
+    if _name.startswith("COMPLIANCE_") and _name != "COMPLIANCE_STATE_DIR":
         del os.environ[_name]
 
 pytest_plugins = [

@@ -25,15 +25,14 @@ from compliance_api.auth import AccessToken
 from compliance_api.client import ComplianceClient
 from compliance_api.providers import InMemoryTokenProvider
 from compliance_api.retry import RetryPolicy
-from tests.fixtures.spec import require_schema_dir
+from tests.fixtures import spec
 
 BASE_URL = "http://api.test"
 FAST_RETRIES = RetryPolicy(max_attempts=4, initial_wait=0.001, max_wait=0.002, max_retry_after=0.05)
 
 
 def load_schemas() -> dict[str, dict[str, Any]]:
-    schema_dir = require_schema_dir()
-    return {path.stem: json.loads(path.read_text()) for path in sorted(schema_dir.glob("*.json"))}
+    return spec.schema_files()
 
 
 @pytest.fixture(scope="session")
@@ -76,11 +75,9 @@ class FakeAPI:
 
     def __post_init__(self) -> None:
         self._routes = []
-        for name, spec in self.schemas.items():
-            if name == "README":
-                continue
-            pattern = re.sub(r"\{[^}]+\}", "[^/]+", spec["path"])
-            self._routes.append((spec["method"], re.compile(f"^{pattern}$"), name))
+        for name, document in self.schemas.items():
+            pattern = re.sub(r"\{[^}]+\}", "[^/]+", document["path"])
+            self._routes.append((document["method"], re.compile(f"^{pattern}$"), name))
         # literal routes first, so /tag-categories does not match /tag-categories/{id}
         self._routes.sort(key=lambda route: route[1].pattern.count("[^/]+"))
 
@@ -127,7 +124,7 @@ class FakeAPI:
         if isinstance(reply, Exception):
             raise reply
         if isinstance(reply, dict):
-            status = self.schemas[operation]["response_status"]
+            status = spec.EXPECTED_STATUS[spec.route_of(self.schemas[operation])]
             return httpx.Response(status, json=reply)
         if isinstance(reply, httpx.Response):
             return reply

@@ -1,6 +1,6 @@
 """Response bodies shaped like the published schemas (checked against them in test_contract).
 
-Built by hand from ``../shared/spec/vanta-schemas/*.json``: every required field present,
+Built by hand from ``tests/fixtures/published_schemas/*.json``: every required field present,
 nullable fields both filled and null across the samples, enum values from the schemas.
 """
 

@@ -28,21 +28,15 @@ from compliance_api.models import (
 )
 from compliance_api.providers import InMemoryTokenProvider
 from compliance_api.retry import RetryPolicy
+from sandbox.runner import SandboxHandle
 
 CLIENT_ID = "demo-manage"
 FAST = RetryPolicy(max_attempts=4, initial_wait=0.001, max_wait=0.005, max_retry_after=0.05)
 
 
 @pytest.fixture(scope="module")
-def sandbox_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    try:
-        handle = request.getfixturevalue("sandbox")
-    except pytest.FixtureLookupError:
-        runner = pytest.importorskip("sandbox.runner")
-        with runner.run_sandbox_in_thread(seed=42) as own:
-            yield own.url
-        return
-    yield handle.url
+def sandbox_url(sandbox: SandboxHandle) -> str:
+    return sandbox.url
 
 
 @pytest.fixture

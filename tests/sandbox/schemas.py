@@ -1,15 +1,14 @@
-"""The published response schemas (tests/fixtures/spec.py finds them), keyed by "METHOD /path"."""
+"""Validators for the published schemas (tests/fixtures/spec.py), keyed by "METHOD /path"."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from functools import cache
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
-from tests.fixtures.spec import require_schema_dir
+from tests.fixtures import spec
 
 _formats = FormatChecker()
 
@@ -24,14 +23,7 @@ def _is_datetime(value: object) -> bool:
 
 @cache
 def operations() -> dict[str, dict[str, Any]]:
-    schema_dir = require_schema_dir()
-    found = {}
-    for path in sorted(schema_dir.glob("*.json")):
-        spec = json.loads(path.read_text(encoding="utf-8"))
-        found[f"{spec['method']} {spec['path']}"] = spec
-    if len(found) < 13:
-        raise RuntimeError(f"expected 13 operation schemas in {schema_dir}, found {len(found)}")
-    return found
+    return {spec.route_of(document): document for document in spec.schema_files().values()}
 
 
 @cache
@@ -50,7 +42,7 @@ def validate_request(route: str, body: Any) -> None:
 
 
 def expected_status(route: str) -> int:
-    return int(operations()[route]["response_status"])
+    return spec.EXPECTED_STATUS[route]
 
 
 ERROR_BODY = {
