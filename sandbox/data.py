@@ -54,6 +54,13 @@ SETTABLE_STATUSES = (
     "ON_HOLD",
     "NO_LONGER_NEEDED",
 )
+# Values of the tag-category list's ``productContextIdsMatchesAny`` (published schema).
+PRODUCT_CONTEXTS = (
+    "EXTERNAL_TRUST_CENTER",
+    "DOCUMENT_SHARING",
+    "CONTROL_SHARING",
+    "QUESTIONNAIRE",
+)
 _SEEDED_STATUS_WEIGHTS = {
     "READY_FOR_REVIEW": 8,
     "IN_PROGRESS": 8,
@@ -148,9 +155,14 @@ class Dataset:
         self.tag_categories: list[dict[str, str]] = []
         self.tags: dict[str, list[dict[str, str]]] = {}
         self.tag_category_of: dict[str, str] = {}
+        # Kept beside the category (the response shape has no field for it).
+        self.tag_category_contexts: dict[str, frozenset[str]] = {}
         for name, tag_names in words.TAG_CATEGORIES:
             category = {"id": self._rid(rng), "displayName": name}
             self.tag_categories.append(category)
+            self.tag_category_contexts[category["id"]] = frozenset(
+                words.TAG_CATEGORY_CONTEXTS[name]
+            )
             self.tags[category["id"]] = []
             for tag_name in tag_names:
                 tag = {"id": self._rid(rng), "category": category["id"], "displayName": tag_name}

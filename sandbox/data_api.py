@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from sandbox import validation as v
 from sandbox.apps import ADVANCED_ENTITLEMENT
-from sandbox.data import SETTABLE_STATUSES, Dataset, KbItem
+from sandbox.data import PRODUCT_CONTEXTS, SETTABLE_STATUSES, Dataset, KbItem
 from sandbox.errors import ApiError, bad_request, json_response, not_found
 from sandbox.pagination import page_size, paginate
 from sandbox.state import Tier
@@ -103,13 +103,9 @@ def data_router(tier: Tier) -> APIRouter:
     async def list_knowledge_base(request: Request) -> Response:
         size = page_size(request.query_params.get("pageSize"))
         checks = _common_matcher(request)
-        types = request.query_params.getlist("typeMatchesAny")
-        bad = [t for t in types if t not in KB_TYPES]
-        if bad:
-            raise bad_request(f"typeMatchesAny {bad[0]!r} is not one of FILE, URL")
+        types = v.enum_list(request, "typeMatchesAny", KB_TYPES)
         if types:
-            wanted = set(types)
-            checks.append(lambda item: item.doc["type"] in wanted)
+            checks.append(lambda item: item.doc["type"] in types)
         tags = v.matches_tags(request.query_params.get("matchesTags"))
         if tags:
             by_category: dict[str, set[tuple[str, str]]] = {}
@@ -149,7 +145,14 @@ def data_router(tier: Tier) -> APIRouter:
     # ------------------------------------------------------------------ tags
     @router.get("/v1/customer-trust/tag-categories")
     async def list_tag_categories(request: Request) -> Response:
-        return json_response({"results": [dict(c) for c in ds.tag_categories]})
+        """Categories used in any of the ``productContextIdsMatchesAny`` contexts (all if none)."""
+        contexts = v.enum_list(request, "productContextIdsMatchesAny", PRODUCT_CONTEXTS)
+        categories = [
+            dict(c)
+            for c in ds.tag_categories
+            if not contexts or contexts & ds.tag_category_contexts[c["id"]]
+        ]
+        return json_response({"results": categories})
 
     @router.get("/v1/customer-trust/tag-categories/{tagCategoryId}")
     async def get_tag_category(request: Request, tagCategoryId: str) -> Response:
@@ -220,7 +223,7 @@ def data_router(tier: Tier) -> APIRouter:
         if "dueDate" in body:
             due = body["dueDate"]
             changes["dueDate"] = (
-                None if due is None else iso(v.timestamp_us(due, "dueDate") // 1000)
+                None if due is None else iso(v.date_time_us(due, "dueDate") // 1000)
             )
         if "status" in body:
             status = body["status"]
@@ -243,6 +246,11 @@ def data_router(tier: Tier) -> APIRouter:
             changes["metadata"] = [{"key": e["key"], "value": e["value"]} for e in entries]
         if "tagAndCategoryIds" in body:
             pairs = v.tag_refs(body["tagAndCategoryIds"], "tagAndCategoryIds")
+            v.no_duplicates(
+                body["tagAndCategoryIds"],
+                "tagAndCategoryIds",
+                key=lambda e: (e["categoryId"], e["tagId"]),
+            )
             for category_id, tag_id in pairs:
                 check_tag(category_id, tag_id, "tagAndCategoryIds")
             changes["tagAndCategoryIds"] = [{"categoryId": c, "tagId": t} for c, t in pairs]
@@ -270,9 +278,9 @@ def data_router(tier: Tier) -> APIRouter:
             raise not_found("questionnaire", questionnaireId)
         body = await v.json_object(request)
         v.only_fields(body, ("statusChangeMessage",))
-        message = body.get("statusChangeMessage")
-        if message is not None:
-            v.string(message, "statusChangeMessage", empty=True)
+        message = None  # the schema types it string: absent is fine, null is not
+        if "statusChangeMessage" in body:
+            message = v.string(body["statusChangeMessage"], "statusChangeMessage", empty=True)
         now = iso(tier.now_ms())
         questionnaire["status"] = "APPROVED"
         questionnaire["statusLog"].insert(0, status_entry(token, "APPROVED", message, now))
@@ -283,6 +291,32 @@ def data_router(tier: Tier) -> APIRouter:
         return json_response(questionnaire)
 
     # ------------------------------------------------------------------ accounts
+    def account_tags(value: Any) -> dict[str, list[str]]:
+        """``tagsByCategory`` checked whole: known tags of their category, no repeats.
+
+        A category listed twice would make the replacement order-dependent and a tag listed
+        twice means nothing in a set of tags, so both are 400s (see the README).
+        """
+        entries = v.object_list(value, "tagsByCategory")
+        for index, entry in enumerate(entries):
+            category_id, tag_ids = entry.get("categoryId"), entry.get("tagIds")
+            if (
+                set(entry) != {"categoryId", "tagIds"}
+                or not isinstance(category_id, str)
+                or not isinstance(tag_ids, list)
+                or not all(isinstance(t, str) for t in tag_ids)
+            ):
+                raise bad_request(
+                    f"tagsByCategory[{index}] must be {{categoryId: string, tagIds: string[]}}"
+                )
+            if category_id not in ds.tags:
+                raise bad_request(f"tagsByCategory[{index}]: unknown tag category {category_id!r}")
+            v.no_duplicates(tag_ids, f"tagsByCategory[{index}].tagIds")
+            for tag_id in tag_ids:
+                check_tag(category_id, tag_id, f"tagsByCategory[{index}]")
+        v.no_duplicates(entries, "tagsByCategory", key=lambda entry: entry["categoryId"])
+        return {entry["categoryId"]: list(entry["tagIds"]) for entry in entries}
+
     @router.patch("/v1/customer-trust/accounts/{accountId}")
     async def update_account(request: Request, accountId: str) -> Response:
         token = _token(request)
@@ -313,27 +347,7 @@ def data_router(tier: Tier) -> APIRouter:
                     raise bad_request(
                         f"customFields[{index}] must be {{label: string, value: string | string[]}}"
                     )
-        by_category: dict[str, list[str]] | None = None
-        if "tagsByCategory" in body:
-            by_category = {}
-            for index, entry in enumerate(v.object_list(body["tagsByCategory"], "tagsByCategory")):
-                category_id, tag_ids = entry.get("categoryId"), entry.get("tagIds")
-                if (
-                    set(entry) != {"categoryId", "tagIds"}
-                    or not isinstance(category_id, str)
-                    or not isinstance(tag_ids, list)
-                    or not all(isinstance(t, str) for t in tag_ids)
-                ):
-                    raise bad_request(
-                        f"tagsByCategory[{index}] must be {{categoryId: string, tagIds: string[]}}"
-                    )
-                for tag_id in tag_ids:
-                    check_tag(category_id, tag_id, f"tagsByCategory[{index}]")
-                if category_id not in ds.tags:
-                    raise bad_request(
-                        f"tagsByCategory[{index}]: unknown tag category {category_id!r}"
-                    )
-                by_category[category_id] = list(dict.fromkeys(tag_ids))
+        by_category = account_tags(body["tagsByCategory"]) if "tagsByCategory" in body else None
         if name is not None:
             account["name"] = name
         if domain is not None:
@@ -396,7 +410,7 @@ def data_router(tier: Tier) -> APIRouter:
             v.string(description, "description", empty=True)
         effective = body.get("effectiveDate")
         effective_iso = (
-            None if effective is None else iso(v.timestamp_us(effective, "effectiveDate") // 1000)
+            None if effective is None else iso(v.date_time_us(effective, "effectiveDate") // 1000)
         )
         link: dict[str, Any] = {
             "id": ds.new_id(),

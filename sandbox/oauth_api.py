@@ -22,21 +22,40 @@ def _is_json(request: Request) -> bool:
     return content_type.split(";")[0].strip().lower() == "application/json"
 
 
-async def _read_token_request(request: Request, tier: Tier) -> dict[str, Any]:
-    """The JSON body of a token-endpoint call, counted per client_id; OAuthError if unusable."""
-    raw = await request.body()
-    body: Any = None
-    if _is_json(request):
-        try:
-            body = json.loads(raw or b"null")
-        except ValueError:
-            body = None
-        client_id = body.get("client_id") if isinstance(body, dict) else None
+def _json_or_none(raw: bytes) -> Any:
+    """The parsed body, or None when it is not JSON at all."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def claimed_client_id(raw: bytes, body: Any) -> str | None:
+    """The client_id a token-endpoint body names, whatever its encoding; None if none can be read.
+
+    ``body`` is ``raw`` parsed as JSON (None if it is not JSON). Only used to charge the call to
+    an application's rate budget, so it reads a JSON object or a form-encoded body alike (a
+    form-encoded call is refused, but it was still a call by that application).
+    """
+    if isinstance(body, dict):
+        client_id = body.get("client_id")
     else:
-        client_id = (parse_qs(raw.decode("latin-1")).get("client_id") or [""])[0]
-    tier.stats.token_requests[
-        client_id if isinstance(client_id, str) and client_id else "<none>"
-    ] += 1
+        client_id = (parse_qs(raw.decode("latin-1")).get("client_id") or [None])[0]
+    return client_id if isinstance(client_id, str) and client_id else None
+
+
+async def _read_token_request(request: Request, tier: Tier) -> dict[str, Any]:
+    """The JSON body of a token-endpoint or suspend call; OAuthError if unusable.
+
+    Every call counts toward the 5-per-minute budget (§7, §8 count calls), malformed ones
+    included: it is charged to the client_id it names, or, when none can be read, to the
+    shared budget of unattributable calls (see :meth:`TokenService.consume_budget`). Only an
+    injected outage answers first, as a failure in front of the service would.
+    """
+    raw = await request.body()
+    body = _json_or_none(raw)
+    client_id = claimed_client_id(raw, body)
+    tier.stats.token_requests[client_id or "<none>"] += 1
     outage = tier.faults.token_outage(tier.clock.now())
     if outage is not None:
         raise OAuthError(
@@ -45,6 +64,7 @@ async def _read_token_request(request: Request, tier: Tier) -> dict[str, Any]:
             "token endpoint outage (injected)",
             {"Retry-After": "1"},
         )
+    tier.tokens.consume_budget(client_id)
     if not _is_json(request):
         raise OAuthError(
             400,
@@ -53,7 +73,7 @@ async def _read_token_request(request: Request, tier: Tier) -> dict[str, Any]:
         )
     if not isinstance(body, dict):
         raise OAuthError(400, "invalid_request", "the request body is not a JSON object")
-    if not isinstance(client_id, str) or not client_id:
+    if not isinstance(body.get("client_id"), str) or not body["client_id"]:
         raise OAuthError(400, "invalid_request", "client_id is required")
     return body
 
@@ -66,7 +86,6 @@ def oauth_router(tier: Tier) -> APIRouter:
     async def token_endpoint(request: Request) -> Response:
         try:
             body = await _read_token_request(request, tier)
-            tokens.consume_budget(body["client_id"])
             app = tokens.authenticate_client(body["client_id"], body.get("client_secret"))
             grant_type = body.get("grant_type")
             if grant_type == "client_credentials":
@@ -92,7 +111,6 @@ def oauth_router(tier: Tier) -> APIRouter:
     async def suspend(request: Request) -> Response:
         try:
             body = await _read_token_request(request, tier)
-            tokens.consume_budget(body["client_id"])
             app = tokens.authenticate_client(body["client_id"], body.get("client_secret"))
             result = tokens.suspend(app, body)
         except OAuthError as exc:

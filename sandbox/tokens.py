@@ -6,8 +6,10 @@ Rules enforced (§5, §7, §8 of the specification):
   revokes the previous token, which then gets 401;
 * tokens expire after ``token_ttl_seconds`` (3599) on the sandbox clock;
 * 5 token-endpoint requests per application in any sliding 60 s window, shared by mint,
-  refresh and suspend; the sixth gets 429 with ``Retry-After`` = seconds until a slot frees
-  (rejected requests do not take a slot; outage failures happen before the limiter);
+  refresh and suspend; the sixth gets 429 with ``Retry-After`` = seconds until a slot frees.
+  Every call counts, malformed ones included (form-encoded, wrong secret, unknown grant...),
+  charged to the client_id it names; calls naming none share one budget of their own. Calls
+  answered 429 do not take a slot; outage failures happen before the limiter;
 * authorization codes live 30 s and are single-use;
 * refresh rotates: each refresh returns a new refresh token, and the one used stays valid for
   3 hours after its first use;
@@ -79,7 +81,8 @@ class TokenService:
     current: dict[tuple[str, str | None], str] = field(default_factory=dict)
     refresh_tokens: dict[str, RefreshToken] = field(default_factory=dict)
     codes: dict[str, AuthorizationCode] = field(default_factory=dict)
-    windows: dict[str, deque[float]] = field(default_factory=dict)
+    #: request times per client_id; the key None holds calls that name no client_id
+    windows: dict[str | None, deque[float]] = field(default_factory=dict)
 
     def reset(self) -> None:
         self.access.clear()
@@ -89,18 +92,26 @@ class TokenService:
         self.windows.clear()
 
     # ------------------------------------------------------------- client checks
-    def consume_budget(self, client_id: str) -> None:
+    def consume_budget(self, client_id: str | None) -> None:
+        """Take a slot of ``client_id``'s budget, or raise 429 with ``Retry-After``.
+
+        ``None`` is a call that names no client_id (no body, not JSON, client_id missing or not
+        a string): it cannot be charged to an application, so all such calls of this tier share
+        one budget of the same size. A client looping on malformed calls meets 429 as it would
+        against the real service, and no application pays for a call it may not have made.
+        """
         now = self.clock.now()
         window = self.windows.setdefault(client_id, deque())
         while window and window[0] <= now - RATE_WINDOW_SECONDS:
             window.popleft()
         if len(window) >= self.rate_limit:
             retry_after = max(1, math.ceil(window[0] + RATE_WINDOW_SECONDS - now))
+            whose = "for this application" if client_id else "that name no client_id"
             raise OAuthError(
                 429,
                 "rate_limited",
-                f"more than {self.rate_limit} token-endpoint requests in 60 seconds for this "
-                f"application; retry in {retry_after} s",
+                f"more than {self.rate_limit} token-endpoint requests in 60 seconds {whose}; "
+                f"retry in {retry_after} s",
                 {"Retry-After": str(retry_after)},
             )
         window.append(now)

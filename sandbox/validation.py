@@ -7,12 +7,13 @@ all.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 from starlette.requests import Request
 
 from sandbox.errors import bad_request
-from sandbox.times import parse_iso_us
+from sandbox.times import parse_iso_us, parse_rfc3339_us
 
 
 async def json_object(request: Request, *, required: bool = True) -> dict[str, Any]:
@@ -42,8 +43,10 @@ def only_fields(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
 
 
 def string(value: Any, field: str, *, empty: bool = False) -> str:
+    """``value`` if it is a string (non-blank unless ``empty``); ``null`` is not a string."""
     if not isinstance(value, str) or (not empty and not value.strip()):
-        raise bad_request(f"{field} must be a non-empty string, got {json.dumps(value)}")
+        kind = "a string" if empty else "a non-empty string"
+        raise bad_request(f"{field} must be {kind}, got {json.dumps(value)}")
     return value
 
 
@@ -52,6 +55,20 @@ def timestamp_us(value: Any, field: str) -> int:
         raise bad_request(f"{field} must be an ISO 8601 timestamp string, got {json.dumps(value)}")
     try:
         return parse_iso_us(value)
+    except ValueError as exc:
+        raise bad_request(f"{field}: {exc}") from None
+
+
+def date_time_us(value: Any, field: str) -> int:
+    """A body field typed date-time: RFC 3339 with a UTC offset, as epoch microseconds.
+
+    A time without an offset is a 400 naming the field, not a guess at UTC: the published
+    schemas declare these ``format: date-time`` (RFC 3339), which needs the offset.
+    """
+    if not isinstance(value, str):
+        raise bad_request(f"{field} must be an RFC 3339 date-time string, got {json.dumps(value)}")
+    try:
+        return parse_rfc3339_us(value)
     except ValueError as exc:
         raise bad_request(f"{field}: {exc}") from None
 
@@ -83,6 +100,37 @@ def tag_refs(value: Any, field: str) -> list[tuple[str, str]]:
             )
         pairs.append((category, tag))
     return pairs
+
+
+def no_duplicates(
+    items: list[Any], field: str, key: Callable[[Any], Hashable] = lambda item: item
+) -> None:
+    """400 naming ``field[i]`` when an entry repeats an earlier one (same ``key``).
+
+    Used where a list stands for a set (tags): a repeat has no meaning, so it is taken as the
+    client bug it almost always is instead of being silently collapsed.
+    """
+    first: dict[Hashable, int] = {}
+    for index, item in enumerate(items):
+        seen = first.setdefault(key(item), index)
+        if seen != index:
+            raise bad_request(
+                f"{field}[{index}] repeats {field}[{seen}] ({json.dumps(item)}); "
+                "each entry may appear only once"
+            )
+
+
+def enum_list(request: Request, name: str, allowed: Collection[str]) -> set[str]:
+    """The values of a repeated query parameter (``name=A&name=B``); 400 for any other value.
+
+    An empty result means the parameter was not given. Unknown values are refused rather than
+    ignored, so a misspelt filter never silently returns everything.
+    """
+    values = request.query_params.getlist(name)
+    for value in values:
+        if value not in allowed:
+            raise bad_request(f"{name} {value!r} is not one of {', '.join(allowed)}")
+    return set(values)
 
 
 def matches_tags(raw: str | None) -> list[tuple[str, str]] | None:

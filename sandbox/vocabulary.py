@@ -91,6 +91,16 @@ TAG_CATEGORIES = (
     ("Product", ("Platform", "Mobile", "Data Warehouse", "Public API")),
     ("Customer tier", ("Enterprise", "Mid-market", "SMB")),
 )
+# The product contexts (``productContextIdsMatchesAny`` of the tag-category list) each category
+# is used in. Every category serves questionnaires and the trust center (the seeded data tags
+# questionnaires, knowledge base and accounts from all of them); document and control sharing
+# use only some, so a filter on them returns a proper subset.
+TAG_CATEGORY_CONTEXTS = {
+    "Framework": ("EXTERNAL_TRUST_CENTER", "QUESTIONNAIRE", "DOCUMENT_SHARING", "CONTROL_SHARING"),
+    "Region": ("EXTERNAL_TRUST_CENTER", "QUESTIONNAIRE", "DOCUMENT_SHARING"),
+    "Product": ("EXTERNAL_TRUST_CENTER", "QUESTIONNAIRE", "CONTROL_SHARING"),
+    "Customer tier": ("EXTERNAL_TRUST_CENTER", "QUESTIONNAIRE"),
+}
 KB_TOPICS = (
     "SOC 2 Type II Report",
     "ISO 27001 Certificate",

@@ -243,6 +243,41 @@ def test_tag_categories_and_their_tags(env: Env, api: Api) -> None:
     assert missing.status_code == 404
 
 
+TAG_CATEGORIES = "GET /v1/customer-trust/tag-categories"
+
+
+@pytest.mark.parametrize(
+    "contexts, names",
+    [
+        (["DOCUMENT_SHARING"], ["Framework", "Region"]),
+        (["CONTROL_SHARING"], ["Framework", "Product"]),
+        (["DOCUMENT_SHARING", "CONTROL_SHARING"], ["Framework", "Region", "Product"]),
+        (["QUESTIONNAIRE"], ["Framework", "Region", "Product", "Customer tier"]),
+    ],
+)
+def test_tag_categories_filter_by_any_of_the_product_contexts(
+    api: Api, contexts: list[str], names: list[str]
+) -> None:
+    found = api.ok(TAG_CATEGORIES, params={"productContextIdsMatchesAny": contexts})["results"]
+    assert [c["displayName"] for c in found] == names  # in the unfiltered list's order
+    everything = api.ok(TAG_CATEGORIES)["results"]
+    assert [c for c in everything if c["displayName"] in names] == found
+
+
+@pytest.mark.parametrize(
+    "value", ["TRUST_CENTER", "questionnaire", "", "QUESTIONNAIRE,CONTROL_SHARING"]
+)
+def test_unknown_product_context_is_400_naming_the_parameter(api: Api, value: str) -> None:
+    params = [
+        ("productContextIdsMatchesAny", "QUESTIONNAIRE"),
+        ("productContextIdsMatchesAny", value),
+    ]
+    response = api.call(TAG_CATEGORIES, params=params)
+    assert response.status_code == 400
+    message = response.json()["message"]
+    assert "productContextIdsMatchesAny" in message and repr(value) in message
+
+
 def test_event_log_is_oldest_first_and_start_date_is_inclusive(api: Api) -> None:
     everything = api.all_pages(EVENTS)
     stamps = [_us(e["date"]) for e in everything]

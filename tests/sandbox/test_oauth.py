@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
+from jsonschema import Draft202012Validator
 
+from tests.sandbox import schemas
 from tests.sandbox.conftest import (
     AUDITOR,
     GOV,
@@ -21,6 +25,35 @@ from tests.sandbox.conftest import (
 
 EVENTS = "GET /v1/event-logs"
 VULNS = "GET /v1/resources/package_vulnerability_connectors"
+TOKEN_PATH = "/oauth/token"
+SUSPEND_PATH = "/v1/oauth/token/suspend"
+JSON = {"Content-Type": "application/json"}
+_MANAGE_GRANT = {
+    "client_id": MANAGE[0],
+    "client_secret": MANAGE[1],
+    "scope": MANAGE_SCOPE,
+    "grant_type": "client_credentials",
+}
+# Token calls by demo-manage that the endpoint refuses (httpx.post keyword arguments).
+MALFORMED_BY_MANAGE: dict[str, dict[str, Any]] = {
+    "form-encoded": {"data": _MANAGE_GRANT},
+    "json sent as text/plain": {
+        "content": httpx.Request("POST", "/", json=_MANAGE_GRANT).content,
+        "headers": {"Content-Type": "text/plain"},
+    },
+    "wrong secret": {"json": {**_MANAGE_GRANT, "client_secret": "wrong"}},
+    "unknown grant type": {"json": {**_MANAGE_GRANT, "grant_type": "password"}},
+    "missing scope": {"json": {k: v for k, v in _MANAGE_GRANT.items() if k != "scope"}},
+}
+# Token calls from which no client_id can be read.
+UNATTRIBUTABLE: dict[str, dict[str, Any]] = {
+    "no body": {"headers": JSON},
+    "no body, no content type": {},
+    "invalid json": {"content": b'{"client_id": "demo-manage"', "headers": JSON},
+    "json array": {"json": [MANAGE[0], MANAGE[1]]},
+    "no client_id": {"json": {k: v for k, v in _MANAGE_GRANT.items() if k != "client_id"}},
+    "client_id not a string": {"json": {**_MANAGE_GRANT, "client_id": 7}},
+}
 
 
 def _public_grant(env: Env, source_id: str = "source-1") -> dict[str, str]:
@@ -149,6 +182,51 @@ def test_mint_refresh_and_suspend_share_the_budget(env: Env) -> None:
     limited = env.oauth.suspend("anything")
     assert limited.status_code == 429
     assert "Retry-After" in limited.headers
+
+
+def _assert_rate_limited(response: httpx.Response) -> None:
+    """429 with an OAuth 2.0 error body and a Retry-After of at most the 60 s window."""
+    assert response.status_code == 429, response.text
+    Draft202012Validator(schemas.OAUTH_ERROR_BODY).validate(response.json())
+    assert 1 <= int(response.headers["Retry-After"]) <= 60
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED_BY_MANAGE))
+def test_malformed_token_requests_count_toward_the_applications_budget(env: Env, kind: str) -> None:
+    for _ in range(5):
+        refused = env.http.post(TOKEN_PATH, **MALFORMED_BY_MANAGE[kind])
+        assert refused.status_code in (400, 401), refused.text
+    _assert_rate_limited(env.oauth.client_credentials())
+    assert env.oauth.client_credentials(MANAGE_BASIC, MANAGE_SCOPE).status_code == 200
+    assert env.stats()["token_requests"][MANAGE[0]] == 6
+    assert MANAGE[0] not in env.stats()["token_mints"]
+
+
+def test_malformed_suspend_calls_count_toward_the_shared_budget(env: Env) -> None:
+    grant = _public_grant(env)  # 1
+    body = {"token": grant["access_token"], "client_id": PUBLIC[0], "client_secret": PUBLIC[1]}
+    for _ in range(4):  # 2-5: form-encoded, refused
+        refused = env.http.post(SUSPEND_PATH, data=body)
+        assert (refused.status_code, refused.json()["error"]) == (400, "invalid_request")
+    _assert_rate_limited(env.oauth.suspend(grant["access_token"]))
+    assert _vulns(env, grant["access_token"]) == 200  # the limited suspend did nothing
+    _assert_rate_limited(env.oauth.refresh(grant["refresh_token"]))
+
+
+@pytest.mark.parametrize("path", [TOKEN_PATH, SUSPEND_PATH])
+def test_token_calls_without_a_readable_client_id_share_one_budget(env: Env, path: str) -> None:
+    for _ in range(5):  # applications' calls do not use up the shared budget...
+        assert env.oauth.client_credentials().status_code == 200
+    calls = list(UNATTRIBUTABLE.values())
+    for kwargs in calls[:5]:
+        refused = env.http.post(path, **kwargs)
+        assert (refused.status_code, refused.json()["error"]) == (400, "invalid_request")
+    _assert_rate_limited(env.http.post(path, **calls[5]))
+    # ...and the shared budget's calls are charged to no application.
+    assert env.oauth.client_credentials(MANAGE_BASIC, MANAGE_SCOPE).status_code == 200
+    assert env.stats()["token_requests"]["<none>"] == 6
+    env.control.advance_clock(60)
+    assert env.http.post(path, **calls[5]).status_code == 400
 
 
 def test_new_mint_revokes_the_previous_token(env: Env) -> None:

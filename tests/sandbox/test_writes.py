@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.sandbox import schemas
 from tests.sandbox.conftest import MANAGE_BASIC, MANAGE_SCOPE, Api, Env
 
 Q_PATCH = "PATCH /v1/customer-trust/questionnaires/{questionnaireId}"
@@ -165,6 +166,114 @@ def test_invalid_questionnaire_bodies_are_400_naming_the_field(
     response = api.call(Q_PATCH, _qid(env), json=body)
     assert response.status_code == 400
     assert field in response.json()["message"]
+
+
+def _write_date_time(env: Env, api: Api, route: str, field: str, value: str) -> Any:
+    """Send ``value`` as the date-time ``field`` of a questionnaire PATCH or a new link."""
+    if route == Q_PATCH:
+        return api.call(route, _qid(env), json={"displayName": "Dated", field: value})
+    body = {"url": "https://dated.example.com", "title": "Dated", field: value}
+    return api.call(route, {"documentId": env.seed["documents"][0]}, json=body)
+
+
+DATE_TIME_FIELDS = [(Q_PATCH, "dueDate"), (LINKS, "effectiveDate")]
+
+
+@pytest.mark.parametrize("route, field", DATE_TIME_FIELDS)
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2030-01-02T03:04:05",
+        "2030-01-02T03:04:05.250",
+        "2030-01-02",
+        "2030-01-02T03:04",
+        "2030-01-02 03:04:05",
+    ],
+)
+def test_date_time_without_a_utc_offset_is_400_naming_the_field(
+    env: Env, api: Api, route: str, field: str, value: str
+) -> None:
+    response = _write_date_time(env, api, route, field, value)
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "invalid_request"
+    assert field in body["message"] and "offset" in body["message"]
+    assert not any(env.stats()["write_counts"].values())  # nothing half-applied
+
+
+@pytest.mark.parametrize("route, field", DATE_TIME_FIELDS)
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2030-01-02T03:04Z",
+        "2030-01-02T03:04:05+0200",
+        "2030-01-02 03:04:05Z",
+        "2030-02-30T00:00:00Z",
+    ],
+)
+def test_date_time_that_is_not_rfc_3339_is_400_naming_the_field(
+    env: Env, api: Api, route: str, field: str, value: str
+) -> None:
+    response = _write_date_time(env, api, route, field, value)
+    assert response.status_code == 400 and field in response.json()["message"]
+
+
+@pytest.mark.parametrize("route, field", DATE_TIME_FIELDS)
+@pytest.mark.parametrize(
+    "value, stored",
+    [
+        ("2030-01-02T03:04:05Z", "2030-01-02T03:04:05.000Z"),
+        ("2030-01-02T05:04:05+02:00", "2030-01-02T03:04:05.000Z"),
+        ("2030-01-01T22:04:05.5-05:00", "2030-01-02T03:04:05.500Z"),
+        ("2030-01-02t03:04:05.123456789z", "2030-01-02T03:04:05.123Z"),
+    ],
+)
+def test_rfc_3339_date_times_are_stored_in_utc(
+    env: Env, api: Api, route: str, field: str, value: str, stored: str
+) -> None:
+    response = _write_date_time(env, api, route, field, value)
+    assert response.status_code == schemas.expected_status(route), response.text
+    assert response.json()[field] == stored
+
+
+@pytest.mark.parametrize("message", [None, 7, ["ok"]])
+def test_status_change_message_must_be_a_string(env: Env, api: Api, message: Any) -> None:
+    before = api.ok(Q_PATCH, _qid(env), json={})
+    response = api.call(Q_APPROVE, _qid(env), json={"statusChangeMessage": message})
+    assert response.status_code == 400
+    assert "statusChangeMessage" in response.json()["message"]
+    assert api.ok(Q_PATCH, _qid(env), json={})["statusLog"] == before["statusLog"]
+    assert env.stats()["write_counts"]["questionnaire_approve"] == {}
+
+
+def _repeated_tags(env: Env, where: str) -> tuple[str, dict[str, str], dict[str, Any], str]:
+    """(route, path params, a body whose only fault is a repeat, the field the 400 must name)."""
+    first, second = env.seed["tag_categories"][:2]
+    tag, other = env.seed["tags"][first][:2]
+    pair = {"categoryId": first, "tagId": tag}
+    elsewhere = {"categoryId": second, "tagId": env.seed["tags"][second][0]}
+    account = {"accountId": env.seed["accounts"][0]}
+    if where == "questionnaire pair":
+        body = {"displayName": "Changed", "tagAndCategoryIds": [pair, elsewhere, dict(pair)]}
+        return Q_PATCH, _qid(env), body, "tagAndCategoryIds"
+    if where == "account tag id":
+        entries = [{"categoryId": first, "tagIds": [tag, other, tag]}]
+        return ACCOUNT, account, {"name": "Changed", "tagsByCategory": entries}, "tagIds"
+    entries = [{"categoryId": first, "tagIds": [tag]}, {"categoryId": first, "tagIds": [other]}]
+    return ACCOUNT, account, {"name": "Changed", "tagsByCategory": entries}, "tagsByCategory"
+
+
+@pytest.mark.parametrize("where", ["questionnaire pair", "account tag id", "account category"])
+def test_repeated_tags_are_400_naming_the_field(env: Env, api: Api, where: str) -> None:
+    route, params, body, field = _repeated_tags(env, where)
+    before = api.ok(route, params, json={})
+    response = api.call(route, params, json=body)
+    assert response.status_code == 400
+    message = response.json()["message"]
+    assert field in message and "repeats" in message
+    after = api.ok(route, params, json={})
+    unchanged = {k: v for k, v in before.items() if k != "updatedDate"}
+    assert {k: v for k, v in after.items() if k != "updatedDate"} == unchanged
 
 
 def test_account_tags_by_category_replace_per_category(env: Env, api: Api) -> None:
