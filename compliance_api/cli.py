@@ -16,15 +16,23 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from compliance_api.errors import ComplianceError
+from compliance_api.errors import ComplianceError, ConfigurationError
 from compliance_api.oauth import build_authorization_request
 from compliance_api.settings import Settings, load_settings
 from compliance_api.tokens import broker_from_settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {"source_id": args.source_id} if getattr(args, "source_id", None) else {}
-    return load_settings(**overrides)
+    """COMPLIANCE_* settings; ``--source-id`` overrides COMPLIANCE_SOURCE_ID (public apps only)."""
+    source_id = getattr(args, "source_id", None)
+    if not source_id:
+        return load_settings()
+    try:
+        return load_settings(source_id=source_id)
+    except ConfigurationError as exc:
+        raise ConfigurationError(
+            f"{exc}\n  (--source-id {source_id!r} was given: it sets COMPLIANCE_SOURCE_ID)"
+        ) from None
 
 
 def authorize_url(args: argparse.Namespace) -> str:
@@ -69,7 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         command = commands.add_parser(name, help=help_text)
         command.set_defaults(handler=handler)
-        command.add_argument("--source-id", help="customer source_id (public integrations)")
+        command.add_argument(
+            "--source-id",
+            help="customer source_id; overrides COMPLIANCE_SOURCE_ID (integration_public only)",
+        )
         if name == "connect":
             command.add_argument("--code", required=True)
             command.add_argument("--state", required=True, help="state from the redirect")

@@ -26,7 +26,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from compliance_api.auth import AccessToken, TokenProvider
-from compliance_api.errors import APIError, InputError, TransportError
+from compliance_api.errors import APIError, InputError, PermissionDeniedError, TransportError
 from compliance_api.http_errors import error_from_response, error_from_transport
 from compliance_api.models import (
     MAX_PAGE_SIZE,
@@ -54,13 +54,14 @@ from compliance_api.models import (
     UserSecurityTrainingStatus,
     Vendor,
     add_people_body,
+    check_person_ids,
     coerce_request,
     iso_timestamp,
 )
 from compliance_api.retry import RetryMode, RetryNotice, RetryPolicy, retrying
 from compliance_api.settings import Settings
 
-__all__ = ["ClientStats", "ComplianceClient", "DEFAULT_LIMITS"]
+__all__ = ["APPROVER_ENTITLEMENT", "ClientStats", "ComplianceClient", "DEFAULT_LIMITS"]
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -78,6 +79,8 @@ _VULNERABILITIES = ResourcesEnvelope[PackageVulnerability]
 _TRAININGS = ResourcesEnvelope[UserSecurityTrainingStatus]
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
+#: what a questionnaire update needs to set or clear ``approverAssignment`` (spec §4.3)
+APPROVER_ENTITLEMENT = "QuestionnaireAutomationAdvanced"
 
 
 @dataclass
@@ -284,10 +287,20 @@ class ComplianceClient:
     async def update_questionnaire(
         self, questionnaire_id: str, update: QuestionnaireUpdate | Mapping[str, Any]
     ) -> Questionnaire:
-        """Change status, owner, due date, tags...; only the fields set on ``update`` are sent."""
+        """Change status, owner, due date, tags...; only the fields set on ``update`` are sent.
+
+        Setting or clearing the approver needs the ``QuestionnaireAutomationAdvanced``
+        entitlement; a 403 for such an update says so, whatever the service's message.
+        """
         path = f"/v1/customer-trust/questionnaires/{_segment('questionnaire_id', questionnaire_id)}"
-        body = coerce_request(QuestionnaireUpdate, update).to_wire_json()
-        response = await self._call("update_questionnaire", "PATCH", path, content=body)
+        request: QuestionnaireUpdate = coerce_request(QuestionnaireUpdate, update)
+        body = request.to_wire_json()
+        try:
+            response = await self._call("update_questionnaire", "PATCH", path, content=body)
+        except PermissionDeniedError as exc:
+            if "approver_assignment" not in request.model_fields_set:
+                raise
+            raise _approver_entitlement_error(exc) from None
         return _parse(Questionnaire, response, "update_questionnaire")
 
     async def approve_questionnaire(
@@ -334,16 +347,20 @@ class ComplianceClient:
     async def add_people_to_group(
         self, group_id: str, person_ids: Sequence[str]
     ) -> list[GroupUpdateResult]:
-        """Add 1-100 people; per-person failures come back as ERROR items, in request order."""
+        """Add 1-100 people; per-person failures come back as ERROR items, in request order.
+
+        Each result is checked against the id sent at its position, so a result can never be
+        attributed to the wrong person.
+        """
         path = f"/v1/groups/{_segment('group_id', group_id)}/add-people"
-        body = add_people_body(person_ids)
+        ids = check_person_ids(person_ids)
+        body = add_people_body(ids)
         response = await self._call("add_people_to_group", "POST", path, content=body)
         results = _parse(_GROUP_RESULTS, response, "add_people_to_group").results
-        if len(results) != len(person_ids):
+        problem = _group_results_problem(ids, results)
+        if problem is not None:
             raise APIError(
-                f"service returned {len(results)} results for {len(person_ids)} people",
-                operation="add_people_to_group",
-                status_code=response.status_code,
+                problem, operation="add_people_to_group", status_code=response.status_code
             )
         return results
 
@@ -526,6 +543,20 @@ def _iso(moment: datetime, name: str) -> str:
     return iso_timestamp(moment)
 
 
+def _approver_entitlement_error(error: PermissionDeniedError) -> PermissionDeniedError:
+    """A 403 on an update that sets the approver: name the entitlement it needs."""
+    if APPROVER_ENTITLEMENT in error.message:
+        return error
+    return PermissionDeniedError(
+        f"{error.message}. Setting or clearing approverAssignment (also to null) requires the "
+        f"{APPROVER_ENTITLEMENT} entitlement, which this application may not have: leave "
+        "approver_assignment out of the update, or have the entitlement enabled",
+        operation=error.operation,
+        status_code=error.status_code,
+        code=error.code,
+    )
+
+
 def _product_context(value: ProductContext | str) -> str:
     try:
         return ProductContext(value).value
@@ -543,6 +574,30 @@ def _filter(model: type[F], filters: F | Mapping[str, Any] | None) -> F | None:
         return None
     result: F = coerce_request(model, filters)
     return result
+
+
+#: how many mismatched add-people results an error lists before summarising the rest
+_MISMATCHES_SHOWN = 5
+
+
+def _group_results_problem(sent: list[str], results: list[GroupUpdateResult]) -> str | None:
+    """What is wrong with add-people results (one per id sent, in order), or None."""
+    if len(results) != len(sent):
+        return f"service returned {len(results)} results for {len(sent)} people"
+    mismatches = [
+        f"result {index} is for id {result.id!r} but id {person_id!r} was sent there"
+        for index, (person_id, result) in enumerate(zip(sent, results, strict=True))
+        if result.id != person_id
+    ]
+    if not mismatches:
+        return None
+    shown = "; ".join(mismatches[:_MISMATCHES_SHOWN])
+    more = len(mismatches) - _MISMATCHES_SHOWN
+    rest = f"; and {more} more" if more > 0 else ""
+    return (
+        "the results do not match the ids sent, position by position (one result per id, in "
+        f"request order), so none can be attributed: {shown}{rest}"
+    )
 
 
 def _parse(model: type[M], response: httpx.Response, operation: str) -> M:

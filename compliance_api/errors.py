@@ -3,11 +3,38 @@
 Each error carries the operation it came from and the server's message, never a secret:
 messages are read from the response body, which the service never fills with credentials,
 and request bodies (which may carry them) are never copied into an error.
+
+    ComplianceError
+    ├── ConfigurationError              a COMPLIANCE_* setting is missing or malformed
+    ├── InputError (ValueError)         bad input, refused before any request
+    ├── CodeExchangeDeadlineError       an authorization code could not be sent in its 30 s
+    ├── APIError                        a call to the service did not succeed
+    │   ├── TransportError              no response (``request_sent`` says if it left)
+    │   └── APIStatusError              an error status
+    │       ├── InvalidRequestError     400/422
+    │       │   └── InvalidScopeError   400 invalid_scope
+    │       ├── AuthenticationError     401
+    │       │   ├── InvalidClientError  401 invalid_client (wrong id or secret)
+    │       │   └── ReauthorizationRequiredError (oauth.py)  the customer's grant is gone
+    │       ├── PermissionDeniedError   403
+    │       ├── NotFoundError           404
+    │       ├── ConflictError           409
+    │       ├── RateLimitedError        429 (``retry_after``)
+    │       └── ServerError             5xx
+    ├── StateMismatchError (oauth.py)   the redirect's ``state`` is not the one sent
+    └── tokens/errors.py: TokenLockTimeoutError, TokenRateLimitWaitError, TokenStoreError,
+        NotConnectedError
+
+A customer must authorize again after ``ReauthorizationRequiredError`` (the service refused
+the code or refresh token) and after ``CodeExchangeDeadlineError`` (the code was never sent).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+#: how long an authorization code can be exchanged after its redirect (spec §5.6, §8)
+AUTHORIZATION_CODE_LIFETIME_SECONDS = 30.0
 
 
 class ComplianceError(Exception):
@@ -28,6 +55,26 @@ class InputError(ComplianceError, ValueError):
         self.item = item
         where = f"{item}: " if item else ""
         super().__init__(f"{where}{field}={value!r}: {problem}")
+
+
+class CodeExchangeDeadlineError(ComplianceError):
+    """An authorization code cannot be exchanged within 30 s of its redirect (spec §5.6).
+
+    Raised before the code is sent, instead of waiting for the token lock, a rate-limit slot
+    or a 429's ``Retry-After`` past the deadline: the code would be dead on arrival, and the
+    wait would only delay the one remedy, a new authorization by the customer.
+    """
+
+    def __init__(self, waiting_for: str, remaining_seconds: float) -> None:
+        self.waiting_for = waiting_for
+        self.remaining_seconds = remaining_seconds
+        left = max(0.0, remaining_seconds)
+        super().__init__(
+            f"the authorization code was not exchanged: {waiting_for}, and {left:.1f} s are "
+            f"left of the {AUTHORIZATION_CODE_LIFETIME_SECONDS:.0f} s a code lives after the "
+            "redirect (less a safety margin). Ask the customer to authorize the application "
+            "again (compliance-flows authorize-url), then exchange the new code at once."
+        )
 
 
 class APIError(ComplianceError):

@@ -13,16 +13,18 @@ with :meth:`RequestModel.to_wire`, which sends only the fields the caller set, k
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
     field_validator,
     model_validator,
@@ -75,6 +77,7 @@ __all__ = [
     "PageInfo",
     "PackageVulnerability",
     "PersonRef",
+    "RequestDatetime",
     "RequestModel",
     "RequestPart",
     "ProductContext",
@@ -104,6 +107,7 @@ __all__ = [
     "check_person_ids",
     "coerce_request",
     "encode_matches_tags",
+    "assume_utc",
     "iso_timestamp",
     "VendorStatus",
 ]
@@ -401,6 +405,15 @@ def _non_blank(value: str, what: str) -> str:
     if not value.strip():
         raise ValueError(f"{what} must not be blank")
     return value
+
+
+def _no_repeats(values: Sequence[Any], what: str) -> None:
+    """The service's handling of repeated entries is unspecified: never send any."""
+    seen: set[Any] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{what} lists {value!r} more than once")
+        seen.add(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -742,6 +755,40 @@ class TagCategoryDetail(APIModel):
 
 
 # --------------------------------------------------------------------------------------------
+# Timestamps the client sends (request bodies and query parameters alike)
+# --------------------------------------------------------------------------------------------
+
+
+def assume_utc(moment: datetime) -> datetime:
+    """A naive datetime (no usable offset) is taken to be UTC, never the machine's local time."""
+    if moment.utcoffset() is None:
+        return moment.replace(tzinfo=UTC)
+    return moment
+
+
+def iso_timestamp(moment: datetime) -> str:
+    """RFC 3339 text with an offset, e.g. ``2026-01-02T03:04:05+00:00``.
+
+    A naive datetime is taken to be UTC; an aware one keeps its instant and its offset (moved
+    to UTC only if the offset has seconds, which RFC 3339 cannot write).
+    """
+    moment = assume_utc(moment)
+    offset = moment.utcoffset()
+    if offset is not None and offset % timedelta(minutes=1):
+        moment = moment.astimezone(UTC)
+    return moment.isoformat()
+
+
+#: a datetime a caller sends: made aware (UTC if naive) when set, written by ``iso_timestamp``
+#: so bodies and query parameters carry the same text for the same instant
+RequestDatetime = Annotated[
+    datetime,
+    AfterValidator(assume_utc),
+    PlainSerializer(iso_timestamp, return_type=str, when_used="json"),
+]
+
+
+# --------------------------------------------------------------------------------------------
 # Request bodies (strict)
 # --------------------------------------------------------------------------------------------
 
@@ -781,6 +828,12 @@ class AccountTagAssignment(RequestPart):
     def _not_blank(cls, value: str) -> str:
         return _non_blank(value, "categoryId")
 
+    @field_validator("tag_ids")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        _no_repeats(value, "tagIds")
+        return value
+
 
 class CustomFieldValue(RequestPart):
     label: str
@@ -810,6 +863,7 @@ class QuestionnaireUpdate(RequestModel):
 
     ``due_date=None`` clears the due date; ``owner_assignment=None`` /
     ``approver_assignment=None`` unassign. ``tag_and_category_ids`` replaces all tags.
+    Setting or clearing the approver needs the QuestionnaireAutomationAdvanced entitlement.
     """
 
     _not_nullable: ClassVar[frozenset[str]] = frozenset(
@@ -817,7 +871,7 @@ class QuestionnaireUpdate(RequestModel):
     )
 
     display_name: str | None = None
-    due_date: datetime | None = None
+    due_date: RequestDatetime | None = None
     status: QuestionnaireStatus | None = None
     owner_assignment: Assignee | None = None
     approver_assignment: Assignee | None = None
@@ -835,6 +889,12 @@ class QuestionnaireUpdate(RequestModel):
     @classmethod
     def _accept_models(cls, value: Any) -> Any:
         return _as_plain_list(value)
+
+    @field_validator("tag_and_category_ids")
+    @classmethod
+    def _unique_tags(cls, value: list[TagAssignment] | None) -> list[TagAssignment] | None:
+        _no_repeats([(tag.category_id, tag.tag_id) for tag in value or []], "tagAndCategoryIds")
+        return value
 
     @field_validator("status")
     @classmethod
@@ -862,6 +922,14 @@ class AccountUpdate(RequestModel):
     def _accept_models(cls, value: Any) -> Any:
         return _as_plain_list(value)
 
+    @field_validator("tags_by_category")
+    @classmethod
+    def _one_entry_per_category(
+        cls, value: list[AccountTagAssignment] | None
+    ) -> list[AccountTagAssignment] | None:
+        _no_repeats([entry.category_id for entry in value or []], "tagsByCategory")
+        return value
+
 
 class DocumentLinkCreate(RequestModel):
     """POST body of a document link: ``url`` (http/https) and ``title`` are required."""
@@ -869,7 +937,7 @@ class DocumentLinkCreate(RequestModel):
     url: str
     title: str
     description: str | None = None
-    effective_date: datetime | None = None
+    effective_date: RequestDatetime | None = None
 
     @field_validator("title")
     @classmethod
@@ -947,13 +1015,6 @@ def add_people_body(person_ids: Any) -> bytes:
 # --------------------------------------------------------------------------------------------
 
 
-def iso_timestamp(moment: datetime) -> str:
-    """ISO 8601 with an offset; a naive datetime is taken to be UTC."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.isoformat()
-
-
 def encode_matches_tags(tags: list[TagAssignment]) -> str:
     """``matchesTags`` is a JSON-encoded array of ``{categoryId, tagId}``."""
     return json.dumps(
@@ -964,11 +1025,11 @@ def encode_matches_tags(tags: list[TagAssignment]) -> str:
 
 class _ListFilter(RequestModel):
     q: str | None = None
-    last_updated_after: datetime | None = None
-    last_updated_before: datetime | None = None
+    last_updated_after: RequestDatetime | None = None
+    last_updated_before: RequestDatetime | None = None
     matches_tags: list[TagAssignment] | None = None
-    expires_before: datetime | None = None
-    expires_after: datetime | None = None
+    expires_before: RequestDatetime | None = None
+    expires_after: RequestDatetime | None = None
 
     @field_validator("matches_tags", mode="before")
     @classmethod
@@ -982,7 +1043,7 @@ class _ListFilter(RequestModel):
             ("expires_after", "expires_before"),
         ):
             start, end = getattr(self, low), getattr(self, high)
-            if start is not None and end is not None and _aware(start) > _aware(end):
+            if start is not None and end is not None and start > end:
                 raise ValueError(f"{low} ({start.isoformat()}) is after {high} ({end.isoformat()})")
         return self
 
@@ -1002,10 +1063,6 @@ class _ListFilter(RequestModel):
         if self.matches_tags:
             params.append(("matchesTags", encode_matches_tags(self.matches_tags)))
         return params
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 class KnowledgeBaseFilter(_ListFilter):

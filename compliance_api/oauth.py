@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,9 +19,12 @@ import httpx
 from pydantic import SecretStr
 
 from compliance_api.errors import (
+    AUTHORIZATION_CODE_LIFETIME_SECONDS,
     APIStatusError,
     AuthenticationError,
+    CodeExchangeDeadlineError,
     ComplianceError,
+    InputError,
     InvalidClientError,
     InvalidRequestError,
     InvalidScopeError,
@@ -32,6 +37,10 @@ from compliance_api.settings import ENV_PREFIX, ApplicationType, Settings
 TOKEN_PATH = "/oauth/token"  # noqa: S105 - a path
 SUSPEND_PATH = "/v1/oauth/token/suspend"  # noqa: S105 - a path
 DEFAULT_EXPIRES_IN = 3599
+#: sent this long before the code's 30 s are up: the request's own latency, and clock skew
+CODE_EXCHANGE_SAFETY_SECONDS = 3.0
+#: how far in the future a caller's ``received_at`` may be (clocks of one machine)
+_RECEIVED_AT_TOLERANCE = timedelta(seconds=1)
 
 
 class StateMismatchError(ComplianceError):
@@ -83,6 +92,68 @@ def build_authorization_request(
     return AuthorizationRequest(url=f"{settings.authorize_url}?{urlencode(query)}", state=chosen)
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _check_received_at(received_at: Any, now: datetime) -> datetime:
+    """When the redirect arrived: an aware datetime, not in the future."""
+    if not isinstance(received_at, datetime):
+        raise InputError("received_at", received_at, "must be a datetime")
+    if received_at.utcoffset() is None:
+        raise InputError(
+            "received_at",
+            received_at,
+            "must be timezone-aware (e.g. datetime.now(UTC)); a naive time is ambiguous here",
+        )
+    if received_at > now + _RECEIVED_AT_TOLERANCE:
+        raise InputError("received_at", received_at, f"is in the future (now is {now:%X} UTC)")
+    return received_at
+
+
+@dataclass(frozen=True)
+class CodeExchangeDeadline:
+    """The moment an authorization code must be on its way: 30 s after its redirect arrived
+    (spec §5.6) less a safety margin. Waits that would pass it are refused, not made."""
+
+    received_at: datetime
+    expires_at: datetime
+    clock: Callable[[], datetime] = field(default=_utc_now, repr=False, compare=False)
+
+    @classmethod
+    def after_redirect(
+        cls,
+        received_at: datetime | None = None,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        safety_seconds: float = CODE_EXCHANGE_SAFETY_SECONDS,
+    ) -> CodeExchangeDeadline:
+        """The deadline of a code whose redirect arrived at ``received_at`` (default: now)."""
+        now = clock()
+        arrived = now if received_at is None else _check_received_at(received_at, now)
+        lifetime = timedelta(seconds=AUTHORIZATION_CODE_LIFETIME_SECONDS - safety_seconds)
+        return cls(received_at=arrived, expires_at=arrived + lifetime, clock=clock)
+
+    def remaining(self) -> float:
+        """Seconds left to send the code (negative once the deadline has passed)."""
+        return (self.expires_at - self.clock()).total_seconds()
+
+    def missed(self, waiting_for: str) -> CodeExchangeDeadlineError:
+        """The error to raise because of ``waiting_for`` (what would have taken too long)."""
+        return CodeExchangeDeadlineError(waiting_for, self.remaining())
+
+    def check(self) -> None:
+        """Raise if no time is left to send the code."""
+        if self.remaining() <= 0:
+            age = (self.clock() - self.received_at).total_seconds()
+            raise self.missed(f"its redirect arrived {age:.1f} s ago")
+
+    def refuse_wait(self, seconds: float, waiting_for: str) -> None:
+        """Raise instead of waiting ``seconds`` if that would leave no time to send the code."""
+        if seconds >= self.remaining():
+            raise self.missed(waiting_for)
+
+
 def verify_state(expected: str, received: str) -> None:
     """Abort on a mismatch (possible CSRF); the comparison takes constant time."""
     if not expected or not hmac.compare_digest(expected.encode(), received.encode()):
@@ -112,16 +183,33 @@ class OAuthClient:
         body = {"grant_type": "client_credentials", "scope": self._settings.scope_string}
         return await self._grant("mint token (client_credentials)", body)
 
-    async def exchange_code(self, code: str, state: str, expected_state: str) -> TokenGrant:
-        """Spec §5.5 step 3; ``state`` is checked first: a forged redirect never reaches the API."""
+    async def exchange_code(
+        self,
+        code: str,
+        state: str,
+        expected_state: str,
+        *,
+        deadline: CodeExchangeDeadline | None = None,
+    ) -> TokenGrant:
+        """Spec §5.5 step 3; ``state`` is checked first: a forged redirect never reaches the API.
+
+        With a ``deadline`` a code past it is not sent (``CodeExchangeDeadlineError``) and the
+        request's timeout is cut to the time left.
+        """
         verify_state(expected_state, state)
+        request_timeout = None
+        if deadline is not None:
+            deadline.check()
+            request_timeout = min(self._settings.http_timeout_seconds, deadline.remaining())
         body = {
             "grant_type": "authorization_code",
             "code": code,
             "redirect_uri": self._settings.redirect_uri or "",
             "source_id": self._settings.source_id or "",
         }
-        return await self._grant("exchange authorization code", body, grant_lost=True)
+        return await self._grant(
+            "exchange authorization code", body, grant_lost=True, request_timeout=request_timeout
+        )
 
     async def refresh(self, refresh_token: SecretStr) -> TokenGrant:
         body = {"grant_type": "refresh_token", "refresh_token": refresh_token.get_secret_value()}
@@ -139,10 +227,20 @@ class OAuthClient:
         }
 
     async def _grant(
-        self, operation: str, body: dict[str, str], *, grant_lost: bool = False
+        self,
+        operation: str,
+        body: dict[str, str],
+        *,
+        grant_lost: bool = False,
+        request_timeout: float | None = None,
     ) -> TokenGrant:
         try:
-            payload = await self._post(operation, TOKEN_PATH, {**body, **self._credentials()})
+            payload = await self._post(
+                operation,
+                TOKEN_PATH,
+                {**body, **self._credentials()},
+                request_timeout=request_timeout,
+            )
         except AuthenticationError as exc:
             if grant_lost and not isinstance(exc, InvalidClientError):
                 raise ReauthorizationRequiredError(
@@ -164,14 +262,25 @@ class OAuthClient:
             raise
         return _parse_grant(operation, payload)
 
-    async def _post(self, operation: str, path: str, body: dict[str, str]) -> dict[str, Any]:
+    async def _post(
+        self,
+        operation: str,
+        path: str,
+        body: dict[str, str],
+        *,
+        request_timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """POST JSON; ``request_timeout`` (seconds) overrides the configured one for this call."""
         url = f"{self.base_url}{path}"
         try:
             if self._http is not None:
-                response = await self._http.post(url, json=body)
+                chosen = httpx.USE_CLIENT_DEFAULT if request_timeout is None else request_timeout
+                response = await self._http.post(url, json=body, timeout=chosen)
             else:
-                timeout = self._settings.http_timeout_seconds
-                async with httpx.AsyncClient(timeout=timeout) as http:
+                seconds = self._settings.http_timeout_seconds
+                if request_timeout is not None:
+                    seconds = request_timeout
+                async with httpx.AsyncClient(timeout=seconds) as http:
                     response = await http.post(url, json=body)
         except httpx.TransportError as exc:
             sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)

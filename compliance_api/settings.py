@@ -137,6 +137,14 @@ class Settings(BaseSettings):
                 ) from None
         return value
 
+    @field_validator("source_id")
+    @classmethod
+    def _blank_source_id_is_unset(cls, value: str | None) -> str | None:
+        """An empty ``COMPLIANCE_SOURCE_ID=`` line in an env file means "not set"."""
+        if value is None or not value.strip():
+            return None
+        return value
+
     @field_validator("base_url", "gov_base_url", "auth_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
@@ -150,11 +158,7 @@ class Settings(BaseSettings):
     def _check_combination(self) -> Settings:
         if self.use_gov and not self.gov_base_url:
             raise ValueError(f"{ENV_PREFIX}USE_GOV is true but {ENV_PREFIX}GOV_BASE_URL is not set")
-        if self.application_type is ApplicationType.INTEGRATION_PUBLIC and not self.source_id:
-            raise ValueError(
-                f"{ENV_PREFIX}SOURCE_ID is required when {ENV_PREFIX}APPLICATION_TYPE="
-                "integration_public (tokens are scoped to client_id and source_id)"
-            )
+        self._check_source_id()
         allowed = allowed_scopes(self.application_type, self.scope_namespace)
         not_allowed = [scope for scope in self.scopes if scope not in allowed]
         if not_allowed:
@@ -167,6 +171,28 @@ class Settings(BaseSettings):
                 self, "scopes", default_scopes(self.application_type, self.scope_namespace)
             )
         return self
+
+    def _check_source_id(self) -> None:
+        """Public integrations need a source_id; every other type must not have one.
+
+        Tokens of public integrations are per (client_id, source_id); a client_credentials
+        application has one active token per application, so a source_id would give it a second
+        token key, and two brokers (with and without one) would keep superseding each other.
+        """
+        public = self.application_type is ApplicationType.INTEGRATION_PUBLIC
+        if public and not self.source_id:
+            raise ValueError(
+                f"{ENV_PREFIX}SOURCE_ID is required when {ENV_PREFIX}APPLICATION_TYPE="
+                "integration_public (tokens are scoped to client_id and source_id)"
+            )
+        if not public and self.source_id is not None:
+            raise ValueError(
+                f"{ENV_PREFIX}SOURCE_ID={self.source_id!r} is only for integration_public "
+                f"applications, but {ENV_PREFIX}APPLICATION_TYPE={self.application_type.value} "
+                "uses client_credentials, with one active token per application: a source_id "
+                "would give it a second token key whose mints supersede the first. "
+                f"Unset {ENV_PREFIX}SOURCE_ID"
+            )
 
     @property
     def tier(self) -> str:

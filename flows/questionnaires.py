@@ -98,7 +98,8 @@ class QuestionnaireRouteInput(ItemInput):
             category, _, tag_id = tag.partition(":")
             if not category.strip() or not tag_id.strip():
                 raise ValueError(f"{tag!r} is not 'category_id:tag_id'")
-        return value
+        # a tag given twice means it once (the API must not get repeats)
+        return None if value is None else list(dict.fromkeys(value))
 
     @model_validator(mode="after")
     def _something_to_do(self) -> Self:

@@ -34,7 +34,12 @@ from prefect.exceptions import ObjectAlreadyExists
 from prefect.variables import Variable
 
 from compliance_api.errors import ConfigurationError
-from compliance_api.tokens import CustomerKey, TokenLockTimeoutError, TokenStoreError
+from compliance_api.tokens import (
+    CustomerKey,
+    TokenLockTimeoutError,
+    TokenRateLimitWaitError,
+    TokenStoreError,
+)
 
 BOOTSTRAP_COMMAND = "python -m deployments.bootstrap"
 STORE_PREFIX = "compliance-token-"  # noqa: S105 - a name prefix
@@ -54,9 +59,13 @@ class PrefectRateLimiter:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    async def acquire(self) -> None:
+    async def acquire(self, *, max_wait: float | None = None) -> None:
+        """Take a slot; with ``max_wait``, ``TokenRateLimitWaitError`` once that has passed
+        (the server cannot say beforehand how long the wait would be)."""
         try:
-            await rate_limit(self.name, strict=True)
+            await rate_limit(self.name, timeout_seconds=max_wait, strict=True)
+        except TimeoutError:
+            raise TokenRateLimitWaitError(None, max_wait or 0.0) from None
         except ConcurrencySlotAcquisitionError as exc:
             if "must be created" in str(exc):
                 raise ConfigurationError(

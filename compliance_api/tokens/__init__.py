@@ -5,7 +5,12 @@ are small protocols so that the Prefect layer can plug in server-backed ones.
 """
 
 from compliance_api.tokens.broker import BrokerPolicy, TokenBroker, TokenStatus
-from compliance_api.tokens.errors import NotConnectedError, TokenLockTimeoutError, TokenStoreError
+from compliance_api.tokens.errors import (
+    NotConnectedError,
+    TokenLockTimeoutError,
+    TokenRateLimitWaitError,
+    TokenStoreError,
+)
 from compliance_api.tokens.factory import broker_from_settings
 from compliance_api.tokens.keys import CustomerKey, secret_fingerprint
 from compliance_api.tokens.limiter import FileRateLimiter, RateLimiter, SlidingWindowLimiter
@@ -26,6 +31,7 @@ __all__ = [
     "TokenCodec",
     "TokenLock",
     "TokenLockTimeoutError",
+    "TokenRateLimitWaitError",
     "TokenRecord",
     "TokenStatus",
     "TokenStore",

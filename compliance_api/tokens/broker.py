@@ -4,6 +4,10 @@ The mint path is ``lock -> re-read the store -> (still needed?) rate-limit slot 
 endpoint -> persist encrypted -> release``. Re-reading under the lock is what turns forty
 simultaneous requests into one mint; the compare-and-swap in ``replace_token`` is what keeps
 a 401 from becoming a stampede: only the exact token that failed is ever replaced.
+
+``connect`` (authorization code) runs against a deadline: a code lives 30 s after its
+redirect, so every wait on that path (locks, rate-limit slot, 429 Retry-After, backoff) is
+bounded by the time left, and a wait that would pass it fails at once instead.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -28,9 +32,20 @@ from tenacity import (
 
 from compliance_api.auth import AccessToken
 from compliance_api.errors import RateLimitedError, ServerError, TransportError
-from compliance_api.oauth import OAuthClient, TokenGrant, verify_state
+from compliance_api.oauth import (
+    CODE_EXCHANGE_SAFETY_SECONDS,
+    CodeExchangeDeadline,
+    OAuthClient,
+    TokenGrant,
+    verify_state,
+)
 from compliance_api.settings import ApplicationType, Settings
-from compliance_api.tokens.errors import NotConnectedError, TokenStoreError
+from compliance_api.tokens.errors import (
+    NotConnectedError,
+    TokenLockTimeoutError,
+    TokenRateLimitWaitError,
+    TokenStoreError,
+)
 from compliance_api.tokens.keys import CustomerKey, secret_fingerprint
 from compliance_api.tokens.limiter import RateLimiter
 from compliance_api.tokens.lock import TokenLock
@@ -58,6 +73,7 @@ class BrokerPolicy:
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 30.0
     persist_attempts: int = 3
+    code_exchange_safety_seconds: float = CODE_EXCHANGE_SAFETY_SECONDS
 
 
 @dataclass(frozen=True)
@@ -124,12 +140,29 @@ class TokenBroker:
 
     # -- public integrations -------------------------------------------------------------------
 
-    async def connect(self, code: str, state: str, expected_state: str) -> AccessToken:
-        """Exchange an authorization code (spec §5.5) and store the customer's grant."""
+    async def connect(
+        self,
+        code: str,
+        state: str,
+        expected_state: str,
+        *,
+        received_at: datetime | None = None,
+    ) -> AccessToken:
+        """Exchange an authorization code (spec §5.5) and store the customer's grant.
+
+        ``received_at`` is when the redirect with the code arrived (default: now); the code
+        lives 30 s from then. Rather than wait past that for the lock, a rate-limit slot or a
+        429's Retry-After, this raises ``CodeExchangeDeadlineError`` without sending the code.
+        """
         verify_state(expected_state, state)  # before taking a rate-limit slot or the lock
-        async with self._exclusive():
+        deadline = CodeExchangeDeadline.after_redirect(
+            received_at, clock=self._clock, safety_seconds=self.policy.code_exchange_safety_seconds
+        )
+        deadline.check()
+        async with self._exclusive(deadline):
             grant = await self._call_token_endpoint(
-                lambda: self.oauth.exchange_code(code, state, expected_state)
+                lambda: self.oauth.exchange_code(code, state, expected_state, deadline=deadline),
+                deadline=deadline,
             )
             record = self._record_from(grant)
             await self._persist(record)
@@ -256,8 +289,17 @@ class TokenBroker:
                 else f"could not store the new token of {self.key.describe()}: {exc}"
             ) from None
 
-    async def _call_token_endpoint(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Every token-endpoint call takes a rate-limit slot; 429 waits, 5xx backs off."""
+    async def _call_token_endpoint(
+        self,
+        call: Callable[[], Awaitable[T]],
+        *,
+        deadline: CodeExchangeDeadline | None = None,
+    ) -> T:
+        """Every token-endpoint call takes a rate-limit slot; 429 waits, 5xx backs off.
+
+        With a ``deadline`` no wait (slot, Retry-After, backoff) may pass it: such a wait
+        raises ``CodeExchangeDeadlineError`` at once.
+        """
         backoff = wait_exponential_jitter(
             initial=self.policy.retry_initial_seconds, max=self.policy.retry_max_seconds
         )
@@ -265,20 +307,31 @@ class TokenBroker:
         def wait(state: RetryCallState) -> float:
             error = state.outcome.exception() if state.outcome else None
             if isinstance(error, RateLimitedError):
-                return error.retry_after if error.retry_after is not None else 60.0
+                return _retry_after(error)
             return backoff(state)
 
         retrying = AsyncRetrying(
             retry=retry_if_exception_type((RateLimitedError, ServerError, TransportError)),
             wait=wait,
             stop=stop_after_attempt(self.policy.token_call_attempts),
+            before_sleep=_refuse_sleep_past(deadline) if deadline is not None else None,
             reraise=True,
         )
         async for attempt in retrying:
             with attempt:
-                await self.limiter.acquire()
+                await self._take_slot(deadline)
                 return await call()
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def _take_slot(self, deadline: CodeExchangeDeadline | None) -> None:
+        """A rate-limit slot, waiting at most until the deadline (if any)."""
+        if deadline is None:
+            await self.limiter.acquire()
+            return
+        try:
+            await self.limiter.acquire(max_wait=max(0.0, deadline.remaining()))
+        except TokenRateLimitWaitError as exc:
+            raise deadline.missed(str(exc)) from None
 
     # -- locking -------------------------------------------------------------------------------
 
@@ -292,10 +345,60 @@ class TokenBroker:
             return lock
 
     @asynccontextmanager
-    async def _exclusive(self) -> AsyncIterator[None]:
-        """Both locks, for operations (connect, disconnect) that rewrite the record outright."""
-        async with (
-            self._loop_lock(),
-            self.lock.hold(self.key, wait_seconds=self.policy.lock_timeout_seconds),
-        ):
+    async def _exclusive(self, deadline: CodeExchangeDeadline | None = None) -> AsyncIterator[None]:
+        """Both locks, for operations (connect, disconnect) that rewrite the record outright;
+        with a ``deadline``, neither is waited for past it."""
+        async with self._held_loop_lock(deadline), self._held_token_lock(deadline):
             yield
+
+    @asynccontextmanager
+    async def _held_loop_lock(self, deadline: CodeExchangeDeadline | None) -> AsyncIterator[None]:
+        """This event loop's lock; with a ``deadline``, waited for only until it."""
+        lock = self._loop_lock()
+        if deadline is None:
+            async with lock:
+                yield
+            return
+        try:
+            await asyncio.wait_for(lock.acquire(), timeout=max(0.0, deadline.remaining()))
+        except TimeoutError:
+            raise deadline.missed("another task of this process holds the token lock") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @asynccontextmanager
+    async def _held_token_lock(self, deadline: CodeExchangeDeadline | None) -> AsyncIterator[None]:
+        """The cross-process lock of this key; a wait cut short by the ``deadline`` raises
+        ``CodeExchangeDeadlineError`` rather than ``TokenLockTimeoutError``."""
+        limit = self.policy.lock_timeout_seconds
+        wait = limit if deadline is None else min(limit, max(0.0, deadline.remaining()))
+        async with AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(self.lock.hold(self.key, wait_seconds=wait))
+            except TokenLockTimeoutError as exc:
+                if deadline is None or wait >= limit:
+                    raise
+                raise deadline.missed(str(exc)) from None
+            yield
+
+
+def _retry_after(error: RateLimitedError) -> float:
+    """The 429's Retry-After, or the whole rate window when the service gave none."""
+    return error.retry_after if error.retry_after is not None else DEFAULT_RETRY_AFTER_SECONDS
+
+
+def _refuse_sleep_past(deadline: CodeExchangeDeadline) -> Callable[[RetryCallState], None]:
+    """A tenacity ``before_sleep`` that raises instead of sleeping past ``deadline``."""
+
+    def before_sleep(state: RetryCallState) -> None:
+        sleep = float(state.upcoming_sleep)
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, RateLimitedError):
+            why = f"the token endpoint answered 429 with Retry-After {_retry_after(error):.0f} s"
+        else:
+            why = f"a retry after {type(error).__name__} would wait {sleep:.1f} s"
+        deadline.refuse_wait(sleep, why)
+
+    return before_sleep

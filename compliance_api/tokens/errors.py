@@ -9,6 +9,27 @@ class TokenLockTimeoutError(ComplianceError):
     """The shared token lock was not obtained in time; the message says who holds it."""
 
 
+class TokenRateLimitWaitError(ComplianceError):
+    """The token endpoint's rate limit has no slot within the caller's ``max_wait``.
+
+    Raised at once (when the limiter knows the wait) and without taking a slot, so a caller
+    with a deadline, such as an authorization-code exchange, can fail fast instead of waiting.
+    """
+
+    def __init__(self, wait_seconds: float | None, max_wait: float) -> None:
+        self.wait_seconds = wait_seconds
+        self.max_wait = max_wait
+        within = f"{max(0.0, max_wait):.1f} s"
+        if wait_seconds is None:
+            message = f"the token endpoint's rate limit had no free slot within {within}"
+        else:
+            message = (
+                f"the token endpoint's rate limit has no free slot for {wait_seconds:.0f} s, "
+                f"more than the {within} the caller can wait"
+            )
+        super().__init__(message)
+
+
 class TokenStoreError(ComplianceError):
     """The token store could not be read, decrypted or written."""
 

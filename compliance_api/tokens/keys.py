@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from compliance_api.settings import Settings
+from compliance_api.settings import ApplicationType, Settings
 
 _SECRET_FINGERPRINT_LABEL = b"compliance-flows/client-secret-fingerprint/v1"
 
@@ -27,7 +27,14 @@ class CustomerKey:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CustomerKey:
-        return cls(tier=settings.tier, client_id=settings.client_id, source_id=settings.source_id)
+        """The key of these settings; only public integrations have a customer (source_id).
+
+        Settings already refuse a source_id elsewhere; settings built around validation
+        (``model_copy``) still cannot give a client_credentials application a second key.
+        """
+        public = settings.application_type is ApplicationType.INTEGRATION_PUBLIC
+        source_id = settings.source_id if public else None
+        return cls(tier=settings.tier, client_id=settings.client_id, source_id=source_id)
 
     @property
     def slug(self) -> str:

@@ -1,7 +1,9 @@
 """Budgets for the token endpoint: 5 calls per minute shared by mint, refresh and suspend.
 
-Callers beyond the budget wait for a slot; they never fail. ``FileRateLimiter`` shares the
-budget among the processes of one machine (the default without a Prefect server);
+Callers beyond the budget wait for a slot; they never fail, unless they give ``max_wait``:
+then a slot further away than that raises ``TokenRateLimitWaitError`` at once (an
+authorization code, which lives 30 s, must not wait a minute for a slot). ``FileRateLimiter``
+shares the budget among the processes of one machine (the default without a Prefect server);
 ``SlidingWindowLimiter`` is the in-process variant.
 """
 
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from compliance_api.tokens.errors import TokenRateLimitWaitError
 from compliance_api.tokens.filelock import exclusive_flock
 
 TOKEN_ENDPOINT_CALLS_PER_WINDOW = 5
@@ -26,9 +29,19 @@ SAFETY_SECONDS = 1.0
 
 @runtime_checkable
 class RateLimiter(Protocol):
-    """Waits until one more token-endpoint call fits in the budget, then returns."""
+    """Waits until one more token-endpoint call fits in the budget, then returns.
 
-    async def acquire(self) -> None: ...
+    With ``max_wait`` (seconds) it never waits longer: when the slot is further away it raises
+    ``TokenRateLimitWaitError`` (at once if it can tell, else after ``max_wait``), taking no slot.
+    """
+
+    async def acquire(self, *, max_wait: float | None = None) -> None: ...
+
+
+def refuse_beyond(max_wait: float | None, waited: float, wait: float) -> None:
+    """Raise ``TokenRateLimitWaitError`` if waiting ``wait`` more would exceed ``max_wait``."""
+    if max_wait is not None and waited + wait > max_wait:
+        raise TokenRateLimitWaitError(wait, max_wait - waited)
 
 
 def _wait_needed(stamps: list[float], now: float, limit: int, window: float) -> float:
@@ -64,11 +77,13 @@ class SlidingWindowLimiter:
                 self._stamps.append(now)
             return wait
 
-    async def acquire(self) -> None:
+    async def acquire(self, *, max_wait: float | None = None) -> None:
+        started = self._clock()
         while True:
             wait = self._try_take()
             if wait <= 0:
                 return
+            refuse_beyond(max_wait, self._clock() - started, wait)
             await asyncio.sleep(wait)
 
 
@@ -88,18 +103,23 @@ class FileRateLimiter:
         self.window = window
         self.lock_timeout = lock_timeout
 
-    async def acquire(self) -> None:
+    async def acquire(self, *, max_wait: float | None = None) -> None:
+        started = time.monotonic()
         while True:
-            wait = await self._try_take()
+            waited = time.monotonic() - started
+            lock_wait = self.lock_timeout if max_wait is None else max(0.0, max_wait - waited)
+            wait = await self._try_take(min(self.lock_timeout, lock_wait))
             if wait <= 0:
                 return
+            refuse_beyond(max_wait, time.monotonic() - started, wait)
             await asyncio.sleep(wait)
 
-    async def _try_take(self) -> float:
+    async def _try_take(self, lock_wait: float) -> float:
+        """Take a slot (0.0) or say how long until one frees; the file guard waits ``lock_wait``."""
         guard = self.path.with_suffix(".lock")
-        async with exclusive_flock(guard, wait_seconds=self.lock_timeout) as acquired:
+        async with exclusive_flock(guard, wait_seconds=lock_wait) as acquired:
             if not acquired:
-                return 0.1  # a crashed holder released it already; just poll again
+                return 0.1  # busy (or a crashed holder released it already): poll again
             now = time.time()
             stamps = [stamp for stamp in self._read() if stamp > now - self.window]
             wait = _wait_needed(stamps, now, self.limit, self.window)

@@ -264,6 +264,26 @@ async def test_each_write_sends_a_schema_valid_body(api: FakeAPI, client: Compli
     assert all(call.authorization == "Bearer tok-secret-value-1" for call in api.seen)
 
 
+async def test_naive_datetimes_in_bodies_go_out_as_utc_like_query_params(
+    api: FakeAPI, client: ComplianceClient
+) -> None:
+    api.reply(PATCH_Q, samples.QUESTIONNAIRE)
+    api.reply(LINKS, samples.DOCUMENT_LINK)
+    api.reply(EVENTS, samples.list_body([samples.EVENT], None, False))
+    naive = datetime(2026, 1, 2, 3, 4, 5)
+
+    await client.update_questionnaire("q-1", {"due_date": naive})
+    await client.create_document_link(
+        "doc-1", DocumentLinkCreate(url="https://evidence.test/b", title="B", effective_date=naive)
+    )
+    await client.list_event_logs_page(start_date=naive)
+
+    patch, link, events = api.seen
+    assert patch.body == {"dueDate": "2026-01-02T03:04:05+00:00"}
+    assert link.body["effectiveDate"] == "2026-01-02T03:04:05+00:00"
+    assert events.param("startDate") == ["2026-01-02T03:04:05+00:00"]
+
+
 async def test_reads_of_connector_resources_and_tag_categories(
     api: FakeAPI, client: ComplianceClient
 ) -> None:
@@ -323,6 +343,38 @@ async def test_add_people_result_count_must_match_the_request(
     api.reply(ADD_PEOPLE, {"results": [{"id": "p1", "status": "SUCCESS"}]})
     with pytest.raises(APIError, match="1 results for 2 people"):
         await client.add_people_to_group("g", ["p1", "p2"])
+
+
+async def test_add_people_results_must_match_the_ids_sent_position_by_position(
+    api: FakeAPI, client: ComplianceClient
+) -> None:
+    swapped = {
+        "results": [
+            {"id": "p2", "status": "SUCCESS"},
+            {"id": "p1", "status": "ERROR", "message": "not a person"},
+            {"id": "p3", "status": "SUCCESS"},
+        ]
+    }
+    api.reply(ADD_PEOPLE, swapped)
+    with pytest.raises(APIError) as caught:
+        await client.add_people_to_group("g", ["p1", "p2", "p3"])
+    message = str(caught.value)
+    assert "result 0 is for id 'p2' but id 'p1' was sent there" in message
+    assert "result 1 is for id 'p1' but id 'p2' was sent there" in message
+    assert "p3" not in message  # only the mismatches are reported
+    assert caught.value.operation == "add_people_to_group"
+    assert len(api.calls(ADD_PEOPLE)) == 1  # the service answered; nothing to retry
+
+
+async def test_add_people_results_in_request_order_pass_duplicates_included(
+    api: FakeAPI, client: ComplianceClient
+) -> None:
+    api.reply(
+        ADD_PEOPLE,
+        {"results": [{"id": pid, "status": "SUCCESS"} for pid in ("p1", "p2", "p1")]},
+    )
+    results = await client.add_people_to_group("g", ["p1", "p2", "p1"])
+    assert [result.id for result in results] == ["p1", "p2", "p1"]
 
 
 async def test_a_success_body_that_does_not_fit_is_an_api_error(
@@ -411,6 +463,36 @@ async def test_error_statuses_map_to_exceptions_with_the_server_message(
 # ---------------------------------------------------------------------------------------------
 # Retries
 # ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        QuestionnaireUpdate(approver_assignment=None),
+        QuestionnaireUpdate(approver_assignment={"type": "Team", "id": "t-1"}, status="ON_HOLD"),
+    ],
+    ids=["unassign", "assign"],
+)
+async def test_approver_assignment_403_names_the_entitlement(
+    api: FakeAPI, client: ComplianceClient, update: QuestionnaireUpdate
+) -> None:
+    api.reply(PATCH_Q, error(403, {"error": "forbidden", "message": "Forbidden"}))
+    with pytest.raises(PermissionDeniedError) as caught:
+        await client.update_questionnaire("q-1", update)
+    message = str(caught.value)
+    assert "Forbidden" in message  # the service's own words stay
+    assert "approverAssignment" in message and "QuestionnaireAutomationAdvanced" in message
+    assert caught.value.status_code == 403 and caught.value.code == "forbidden"
+    assert len(api.calls(PATCH_Q)) == 1
+
+
+async def test_other_403s_of_a_questionnaire_update_get_no_entitlement_hint(
+    api: FakeAPI, client: ComplianceClient
+) -> None:
+    api.reply(PATCH_Q, error(403, {"error": "insufficient_scope", "message": "needs all:write"}))
+    with pytest.raises(PermissionDeniedError) as caught:
+        await client.update_questionnaire("q-1", QuestionnaireUpdate(status="ON_HOLD"))
+    assert "QuestionnaireAutomationAdvanced" not in str(caught.value)
 
 
 async def test_transient_5xx_is_retried_until_success(

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import typing
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
+from compliance_api import models
 from compliance_api.errors import InputError
 from compliance_api.models import (
     SETTABLE_QUESTIONNAIRE_STATUSES,
@@ -38,6 +42,7 @@ from compliance_api.models import (
     UserSecurityTrainingStatus,
     Vendor,
     VendorStatus,
+    iso_timestamp,
 )
 from tests.client import samples
 from tests.client.conftest import validator
@@ -347,3 +352,125 @@ def test_filters_encode_repeated_arrays_and_json_tags() -> None:
     # a naive timestamp is taken as UTC and sent with its offset
     assert ("lastUpdatedAfter", "2025-01-01T00:00:00+00:00") in params
     assert ("q", "soc") in params
+
+
+# ---------------------------------------------------------------------------------------------
+# Datetimes in request bodies: always with an offset, formatted like the query parameters
+# ---------------------------------------------------------------------------------------------
+
+NAIVE = datetime(2026, 1, 2, 3, 4, 5)
+PLUS_TWO = datetime(2026, 1, 2, 5, 4, 5, tzinfo=timezone(timedelta(hours=2)))
+
+#: the least each request model needs to be built, so any datetime field can be set on top
+MINIMAL_REQUESTS: dict[str, dict[str, Any]] = {
+    "QuestionnaireUpdate": {},
+    "DocumentLinkCreate": {"url": "https://e.test/x", "title": "X"},
+    "KnowledgeBaseFilter": {},
+    "AnswerLibraryFilter": {},
+}
+
+
+def _mentions_datetime(annotation: Any) -> bool:
+    if annotation is datetime:
+        return True
+    return any(_mentions_datetime(arg) for arg in typing.get_args(annotation))
+
+
+def request_datetime_fields() -> list[tuple[type[BaseModel], str]]:
+    """Every datetime field of every request model (bodies and filters) in compliance_api."""
+    found = []
+    for value in vars(models).values():
+        is_request = isinstance(value, type) and issubclass(
+            value, models.RequestModel | models.RequestPart
+        )
+        if not is_request or value.__name__.startswith("_"):
+            continue  # the bases themselves, and private bases whose fields subclasses carry
+        found += [
+            (value, name)
+            for name, info in value.model_fields.items()
+            if _mentions_datetime(info.annotation)
+        ]
+    return found
+
+
+def test_the_known_request_datetime_fields_are_all_checked() -> None:
+    found = {(model.__name__, name) for model, name in request_datetime_fields()}
+    assert ("QuestionnaireUpdate", "due_date") in found
+    assert ("DocumentLinkCreate", "effective_date") in found
+    # a new request model with a datetime field must be added to MINIMAL_REQUESTS
+    assert {model for model, _ in found} <= set(MINIMAL_REQUESTS)
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    request_datetime_fields(),
+    ids=lambda item: getattr(item, "__name__", item),
+)
+def test_a_naive_request_datetime_is_sent_as_utc_with_an_offset(
+    model: type[models.RequestModel], field: str
+) -> None:
+    request = model(**MINIMAL_REQUESTS[model.__name__], **{field: NAIVE})
+    wire_name = model.model_fields[field].alias or field
+    expected = "2026-01-02T03:04:05+00:00"
+    assert request.to_wire()[wire_name] == expected
+    assert json.loads(request.to_wire_json())[wire_name] == expected
+    assert expected == iso_timestamp(NAIVE)  # the same text as the query parameters
+
+
+@pytest.mark.parametrize(
+    ("build", "wire_name"),
+    [
+        (lambda moment: QuestionnaireUpdate(due_date=moment), "dueDate"),
+        (
+            lambda moment: DocumentLinkCreate(
+                url="https://e.test/x", title="X", effective_date=moment
+            ),
+            "effectiveDate",
+        ),
+    ],
+    ids=["questionnaire-due-date", "document-link-effective-date"],
+)
+def test_an_aware_request_datetime_keeps_its_instant(build: Any, wire_name: str) -> None:
+    sent = build(PLUS_TWO).to_wire()[wire_name]
+    assert sent == iso_timestamp(PLUS_TWO) == "2026-01-02T05:04:05+02:00"
+    assert datetime.fromisoformat(sent) == PLUS_TWO
+    as_utc = build(PLUS_TWO.astimezone(UTC)).to_wire()[wire_name]
+    assert as_utc == "2026-01-02T03:04:05+00:00"
+
+
+def test_a_datetime_set_after_construction_is_sent_with_an_offset() -> None:
+    update = QuestionnaireUpdate()
+    update.due_date = NAIVE
+    assert update.to_wire() == {"dueDate": "2026-01-02T03:04:05+00:00"}
+    assert QuestionnaireUpdate(due_date=None).to_wire() == {"dueDate": None}
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (
+            lambda: QuestionnaireUpdate(
+                tag_and_category_ids=[{"category_id": "c", "tag_id": "t"}] * 2
+            ),
+            "tagAndCategoryIds",
+        ),
+        (
+            lambda: AccountUpdate(tags_by_category=[{"category_id": "c", "tag_ids": ["t", "t"]}]),
+            "tagIds",
+        ),
+        (
+            lambda: AccountUpdate(
+                tags_by_category=[
+                    {"category_id": "c", "tag_ids": ["a"]},
+                    {"category_id": "c", "tag_ids": ["b"]},
+                ]
+            ),
+            "tagsByCategory",
+        ),
+    ],
+)
+def test_repeated_tags_are_refused_before_anything_is_sent(
+    build: Callable[[], object], field: str
+) -> None:
+    with pytest.raises(InputError, match=f"{field} lists .* more than once"):
+        build()

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from compliance_api.auth import AccessToken
 from compliance_api.client import ComplianceClient
-from compliance_api.errors import NotFoundError, ServerError
+from compliance_api.errors import NotFoundError, PermissionDeniedError, ServerError
 from compliance_api.models import (
     AccountTags,
     AccountUpdate,
@@ -52,15 +52,16 @@ def seed(control: httpx.Client) -> dict[str, Any]:
     return dict(control.get("/seed").json())
 
 
-@pytest.fixture
-def provider(sandbox_url: str) -> InMemoryTokenProvider:
+def manage_provider(sandbox_url: str, client_id: str = CLIENT_ID) -> InMemoryTokenProvider:
+    """Mints client_credentials tokens of a demo manage application."""
+
     async def mint() -> AccessToken:
         async with httpx.AsyncClient() as http:
             response = await http.post(
                 f"{sandbox_url}/oauth/token",
                 json={
-                    "client_id": CLIENT_ID,
-                    "client_secret": "demo-manage-secret-not-real",
+                    "client_id": client_id,
+                    "client_secret": f"{client_id}-secret-not-real",
                     "scope": "service-api.all:read service-api.all:write",
                     "grant_type": "client_credentials",
                 },
@@ -71,6 +72,11 @@ def provider(sandbox_url: str) -> InMemoryTokenProvider:
         return AccessToken(SecretStr(body["access_token"]), expires)
 
     return InMemoryTokenProvider(mint)
+
+
+@pytest.fixture
+def provider(sandbox_url: str) -> InMemoryTokenProvider:
+    return manage_provider(sandbox_url)
 
 
 @pytest.fixture
@@ -186,3 +192,35 @@ async def test_document_link_is_not_retried_after_a_503(
             seed["documents"][1], DocumentLinkCreate(url="https://evidence.test/y", title="Y")
         )
     assert client.stats.requests == 1 and client.stats.retries == 0
+
+
+@pytest.mark.parametrize(
+    "approver", [None, {"type": "User", "id": "from-seed"}], ids=["unassign", "assign"]
+)
+async def test_approver_assignment_without_the_entitlement_is_a_clear_permission_error(
+    sandbox_url: str, control: httpx.Client, seed: dict[str, Any], approver: Any
+) -> None:
+    questionnaire_id = seed["questionnaires"][0]
+    if approver is not None:
+        approver = {**approver, "id": seed["people"][0]}
+    async with ComplianceClient(
+        sandbox_url, manage_provider(sandbox_url, "demo-manage-basic"), retry_policy=FAST
+    ) as basic:
+        with pytest.raises(PermissionDeniedError) as caught:
+            await basic.update_questionnaire(
+                questionnaire_id, QuestionnaireUpdate(approver_assignment=approver)
+            )
+        assert basic.stats.requests == 1 and basic.stats.retries == 0
+    error = caught.value
+    assert error.status_code == 403 and error.operation == "update_questionnaire"
+    assert "approverAssignment" in str(error) and "QuestionnaireAutomationAdvanced" in str(error)
+    assert stats(control)["write_counts"]["questionnaire_patch"] == {}
+
+
+async def test_approver_assignment_null_with_the_entitlement_unassigns(
+    client: ComplianceClient, seed: dict[str, Any]
+) -> None:
+    questionnaire = await client.update_questionnaire(
+        seed["questionnaires"][0], QuestionnaireUpdate(approver_assignment=None)
+    )
+    assert questionnaire.approver_assignment is None

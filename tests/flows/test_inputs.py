@@ -178,3 +178,11 @@ def test_brief_results_are_never_failures_and_the_table_shows_every_failure() ->
     rows, hidden = result_rows([*done[:3], failed, *done[3:]])
     assert rows[0]["item"] == "g/x" and rows[1]["item"] == "g/p-0"
     assert len(rows) == MAX_OK_ROWS + 1 and hidden == 5
+
+
+def test_a_questionnaire_tag_given_twice_is_sent_once() -> None:
+    parsed = read_route_items(["q-1"], None, {"tags": ["c:t", "c:u", "c:t"]})
+    (item,) = parsed.items
+    assert item.tags == ["c:t", "c:u"]
+    tags = item.assignment_update().tag_and_category_ids or []
+    assert [(tag.category_id, tag.tag_id) for tag in tags] == [("c", "t"), ("c", "u")]

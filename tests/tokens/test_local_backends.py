@@ -24,6 +24,7 @@ from compliance_api.tokens import (
     SlidingWindowLimiter,
     TokenCodec,
     TokenLockTimeoutError,
+    TokenRateLimitWaitError,
     TokenRecord,
     TokenStoreError,
 )
@@ -152,3 +153,36 @@ def test_key_rotation_reads_old_records_and_rejects_unknown_keys() -> None:
     assert "access-value" not in str(caught.value)
     with pytest.raises(TokenStoreError, match="does not belong"):
         rotated.decrypt(ciphertext, CustomerKey("gov", "demo-manage"))
+
+
+async def test_sliding_window_with_max_wait_refuses_at_once_and_takes_no_slot() -> None:
+    clock = StepClock()
+    limiter = SlidingWindowLimiter(5, 60.0, clock=clock)
+    for _ in range(5):
+        await limiter.acquire(max_wait=0)
+    clock.now = 10.0
+    with pytest.raises(TokenRateLimitWaitError, match="50 s") as caught:
+        await asyncio.wait_for(limiter.acquire(max_wait=30), 1)
+    assert caught.value.wait_seconds == pytest.approx(50.0)
+
+    clock.now = 59.9
+    waiter = asyncio.create_task(limiter.acquire(max_wait=1.0))  # a slot within 1 s: it waits
+    await asyncio.sleep(0.02)
+    assert not waiter.done()
+    clock.now = 60.0
+    await asyncio.wait_for(waiter, 2)
+    for _ in range(4):
+        await limiter.acquire(max_wait=0)  # the refused call at t=10 took no slot
+    with pytest.raises(TokenRateLimitWaitError):
+        await limiter.acquire(max_wait=0)
+
+
+async def test_file_limiter_with_max_wait_refuses_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "limits" / "token-endpoint.json"
+    limiter = FileRateLimiter(path)
+    for _ in range(5):
+        await asyncio.wait_for(limiter.acquire(max_wait=0), 1)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TokenRateLimitWaitError, match="rate limit"):
+        await asyncio.wait_for(limiter.acquire(max_wait=20), 2)
+    assert asyncio.get_running_loop().time() - started < 0.5

@@ -16,7 +16,12 @@ from prefect.exceptions import ObjectNotFound
 from prefect.variables import Variable
 
 from compliance_api.errors import ConfigurationError
-from compliance_api.tokens import CustomerKey, SlidingWindowLimiter, TokenLockTimeoutError
+from compliance_api.tokens import (
+    CustomerKey,
+    SlidingWindowLimiter,
+    TokenLockTimeoutError,
+    TokenRateLimitWaitError,
+)
 from deployments.bootstrap import (
     TOKEN_RATE_LIMIT_DECAY_PER_SECOND,
     bootstrap,
@@ -78,6 +83,21 @@ async def test_prefect_rate_limit_makes_callers_wait() -> None:
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(limiter.acquire(), 0.3)
     await asyncio.sleep(1.5)  # let the abandoned waiter take its slot before the server stops
+
+
+async def test_prefect_rate_limit_wait_is_bounded_by_max_wait() -> None:
+    name = f"bucket-{uuid.uuid4().hex[:8]}"
+    async with get_client() as client:
+        await client.upsert_global_concurrency_limit_by_name(
+            name, limit=1, slot_decay_per_second=0.05
+        )
+    limiter = PrefectRateLimiter(name)
+    await asyncio.wait_for(limiter.acquire(max_wait=5), 10)
+    started = time.monotonic()
+    # The next slot is ~20 s away: a caller with a deadline gets an error, not a 20 s wait.
+    with pytest.raises(TokenRateLimitWaitError, match="rate limit"):
+        await asyncio.wait_for(limiter.acquire(max_wait=0.5), 10)
+    assert time.monotonic() - started < 5
 
 
 async def test_two_machines_share_one_token_through_the_prefect_server(

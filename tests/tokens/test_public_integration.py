@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from compliance_api.cli import main as cli_main
+from compliance_api.errors import InvalidClientError
 from compliance_api.oauth import (
     ReauthorizationRequiredError,
     StateMismatchError,
@@ -136,6 +137,38 @@ async def test_refresh_rotation_and_persistence_failure_fallback(
     stored = await codec_view.status()
     assert stored is not None and stored.fingerprint == second.fingerprint
     assert mints(sandbox_reset, "demo-public") == 3  # code exchange + two refreshes
+
+
+async def test_a_grant_survives_secret_rotation_and_refreshes_with_the_new_secret(
+    make_settings: Any, sandbox_reset: Any
+) -> None:
+    old = make_settings("demo-public")
+    clock = ManualClock()
+    old_broker = make_broker(old, clock=clock)
+    await connect(sandbox_reset, old_broker, old)
+    first = await call_api(old.base_url, old_broker, public_route(sandbox_reset))
+    new_secret = sandbox_reset.control.rotate_secret("demo-public")
+
+    # The customer's access token keeps working: rotation only affects new mints (spec §5.6).
+    again = await call_api(old.base_url, old_broker, public_route(sandbox_reset))
+    assert again.fingerprint == first.fingerprint
+
+    clock.advance(3599)
+    sandbox_reset.control.advance_clock(3599)
+    with pytest.raises(InvalidClientError, match="COMPLIANCE_CLIENT_SECRET") as caught:
+        await old_broker.get_token()  # a refresh with the old secret is refused...
+    assert "demo-public-secret-not-real" not in str(caught.value)
+    assert (await old_broker.status()) is not None  # ...and the stored grant is kept
+
+    new = make_settings("demo-public", client_secret=new_secret)
+    new_broker = make_broker(new, clock=clock)  # same store, same customer key
+    second = await call_api(new.base_url, new_broker, public_route(sandbox_reset))
+    assert second.fingerprint != first.fingerprint
+    status = await new_broker.status()
+    assert status is not None and status.fingerprint == second.fingerprint
+    assert status.has_refresh_token
+    assert mints(sandbox_reset, "demo-public") == 2  # the code exchange + one refresh
+    assert sandbox_reset.control.stats()["unauthorized"] == 0
 
 
 async def test_refresh_is_retried_through_a_token_endpoint_outage(

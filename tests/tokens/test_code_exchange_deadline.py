@@ -1,0 +1,185 @@
+"""An authorization code lives 30 s after the redirect (spec §5.6): ``connect`` never waits past
+that on the token lock, the rate limiter or a 429's Retry-After. It fails at once, before the
+code is sent, with an error that says to ask the customer to authorize again.
+
+Each scenario runs under ``asyncio.wait_for``: a broker that waited instead of failing would
+time the test out rather than hang it for a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from compliance_api.errors import CodeExchangeDeadlineError, InputError
+from compliance_api.oauth import (
+    CodeExchangeDeadline,
+    OAuthClient,
+    ReauthorizationRequiredError,
+    build_authorization_request,
+)
+from compliance_api.settings import Settings
+from compliance_api.tokens import SlidingWindowLimiter
+from tests.tokens.conftest import ManualClock, make_broker, token_requests
+from tests.tokens.test_public_integration import approve
+
+GUARD_SECONDS = 5.0  # far below the waits the old code made (61 s limiter, 60 s Retry-After)
+
+
+async def redirect_for(sandbox: Any, settings: Settings) -> tuple[str, str, str]:
+    """``(code, state, expected_state)`` of a fresh consent, as the redirect brings them."""
+    request = build_authorization_request(settings)
+    redirect = approve(sandbox, settings, request.state)
+    return redirect["code"], redirect["state"], request.state
+
+
+def assert_asks_to_authorize_again(error: CodeExchangeDeadlineError, waiting_for: str) -> None:
+    message = str(error)
+    assert waiting_for in message
+    assert "authorize" in message and "again" in message
+    assert "secret-not-real" not in message
+
+
+async def test_a_busy_rate_limiter_fails_at_once_without_a_token_call(
+    make_settings: Any, sandbox_reset: Any
+) -> None:
+    settings = make_settings("demo-public")
+    limiter = SlidingWindowLimiter()
+    for _ in range(5):
+        await limiter.acquire()  # the budget is spent: the next slot is ~61 s away
+    code, state, expected = await redirect_for(sandbox_reset, settings)
+    broker = make_broker(settings, limiter=limiter)
+
+    started = time.monotonic()
+    with pytest.raises(CodeExchangeDeadlineError) as caught:
+        await asyncio.wait_for(broker.connect(code, state, expected), GUARD_SECONDS)
+
+    assert time.monotonic() - started < 1.0
+    assert_asks_to_authorize_again(caught.value, "rate limit")
+    assert token_requests(sandbox_reset, "demo-public") == 0
+    assert await broker.status() is None
+
+
+async def test_a_held_token_lock_is_waited_for_only_until_the_deadline(
+    make_settings: Any, sandbox_reset: Any
+) -> None:
+    settings = make_settings("demo-public")
+    clock = ManualClock()
+    broker = make_broker(settings, clock=clock)
+    code, state, expected = await redirect_for(sandbox_reset, settings)
+    arrived = clock() - timedelta(seconds=26)  # about a second left after the safety margin
+    other = make_broker(settings)  # another process, busy under the lock
+
+    async with other.lock.hold(other.key, wait_seconds=1):
+        started = time.monotonic()
+        with pytest.raises(CodeExchangeDeadlineError) as caught:
+            await asyncio.wait_for(
+                broker.connect(code, state, expected, received_at=arrived), GUARD_SECONDS
+            )
+        waited = time.monotonic() - started
+
+    assert waited < 2.5  # the lock timeout is 180 s; the deadline cut it short
+    assert_asks_to_authorize_again(caught.value, "token lock")
+    assert token_requests(sandbox_reset, "demo-public") == 0
+
+
+async def test_a_retry_after_past_the_deadline_fails_at_once(
+    make_settings: Any, sandbox_reset: Any
+) -> None:
+    settings = make_settings("demo-public")
+    oauth = OAuthClient(settings)
+    for _ in range(5):  # another machine spent the application's budget at the service
+        with pytest.raises(ReauthorizationRequiredError):
+            await oauth.refresh(SecretStr("not-a-refresh-token"))
+    code, state, expected = await redirect_for(sandbox_reset, settings)
+    broker = make_broker(settings)  # its own limiter is empty: the service answers 429
+
+    started = time.monotonic()
+    with pytest.raises(CodeExchangeDeadlineError) as caught:
+        await asyncio.wait_for(broker.connect(code, state, expected), GUARD_SECONDS)
+
+    assert time.monotonic() - started < 1.0
+    assert_asks_to_authorize_again(caught.value, "Retry-After")
+    assert token_requests(sandbox_reset, "demo-public") == 6  # 5 spent + the one 429
+
+
+async def test_a_redirect_older_than_the_deadline_sends_nothing(
+    make_settings: Any, sandbox_reset: Any
+) -> None:
+    settings = make_settings("demo-public")
+    code, state, expected = await redirect_for(sandbox_reset, settings)
+    broker = make_broker(settings)
+    arrived = broker_now() - timedelta(seconds=28)  # inside 30 s, but not inside the margin
+
+    with pytest.raises(CodeExchangeDeadlineError) as caught:
+        await asyncio.wait_for(
+            broker.connect(code, state, expected, received_at=arrived), GUARD_SECONDS
+        )
+
+    assert_asks_to_authorize_again(caught.value, "30 s")
+    assert token_requests(sandbox_reset, "demo-public") == 0
+
+
+async def test_a_recent_redirect_is_exchanged(make_settings: Any, sandbox_reset: Any) -> None:
+    settings = make_settings("demo-public")
+    code, state, expected = await redirect_for(sandbox_reset, settings)
+    broker = make_broker(settings)
+    arrived = broker_now() - timedelta(seconds=10)
+    token = await broker.connect(code, state, expected, received_at=arrived)
+    status = await broker.status()
+    assert status is not None and status.fingerprint == token.fingerprint
+    assert token_requests(sandbox_reset, "demo-public") == 1
+
+
+@pytest.mark.parametrize(
+    ("received_at", "problem"),
+    [
+        (datetime(2026, 1, 2, 3, 4, 5), "timezone"),
+        (datetime.now().astimezone() + timedelta(minutes=5), "future"),
+        ("just now", "datetime"),
+    ],
+)
+async def test_a_bad_received_at_is_refused_before_any_request(
+    make_settings: Any, sandbox_reset: Any, received_at: Any, problem: str
+) -> None:
+    settings = make_settings("demo-public")
+    code, state, expected = await redirect_for(sandbox_reset, settings)
+    with pytest.raises(InputError, match=problem) as caught:
+        await make_broker(settings).connect(code, state, expected, received_at=received_at)
+    assert caught.value.field == "received_at"
+    assert token_requests(sandbox_reset, "demo-public") == 0
+
+
+async def test_exchange_code_sends_nothing_past_the_deadline_and_bounds_its_timeout(
+    make_settings: Any,
+) -> None:
+    settings = make_settings("demo-public")
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"access_token": "a", "refresh_token": "r"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        oauth = OAuthClient(settings, http=http)
+        expired = CodeExchangeDeadline.after_redirect(broker_now() - timedelta(seconds=40))
+        with pytest.raises(CodeExchangeDeadlineError):
+            await oauth.exchange_code("code", "s", "s", deadline=expired)
+        assert seen == []
+
+        fresh = CodeExchangeDeadline.after_redirect(broker_now() - timedelta(seconds=20))
+        await oauth.exchange_code("code", "s", "s", deadline=fresh)
+        (request,) = seen
+        timeout = request.extensions["timeout"]
+        assert 0 < timeout["read"] <= 10 and 0 < timeout["connect"] <= 10
+
+
+def broker_now() -> datetime:
+    """Now, as the brokers of these tests read it (their default clock)."""
+    return ManualClock()()
