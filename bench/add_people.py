@@ -95,7 +95,7 @@ async def plain_add_people(
 
 async def flow_add_people(group: str, path: str, concurrency: int) -> dict[str, Any]:
     from flows.group_membership import add_people_to_groups
-    from tasks.outcomes import ItemsFailed, Outcome
+    from write_engine.outcomes import ItemsFailed, Outcome
 
     state = await add_people_to_groups(
         group_ids=[group], input_file=path, concurrency=concurrency, return_state=True

@@ -33,7 +33,7 @@ CALLS_PER_RUN = 3
 async def _shared_child(runs: int) -> dict[str, Any]:
     from prefect import flow
 
-    from tasks.connection import compliance_client
+    from runtime.connection import compliance_client
     from tasks.token import get_shared_access_token
 
     waits: list[float] = []
@@ -101,7 +101,7 @@ def launch(mode: str, processes: int, runs: int) -> None:
     """Import once, then fork ``processes`` independent children (saves P-1 Prefect imports
     on small machines; each child is still its own process with its own broker and loop)."""
     if mode == "shared":
-        import tasks.connection  # noqa: F401 - warm the import for the children
+        import runtime.connection  # noqa: F401 - warm the import for the children
         import tasks.token  # noqa: F401
     assert threading.active_count() == 1, "fork only from a single-threaded process"
     readers = []

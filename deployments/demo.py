@@ -73,7 +73,7 @@ def _point_at_sandbox(sandbox: SandboxHandle, workdir: Path) -> None:
 
 
 async def _run(flow: Any, **parameters: Any) -> tuple[Any, Any]:
-    from tasks.outcomes import ItemsFailed
+    from write_engine.outcomes import ItemsFailed
 
     state = await flow(**parameters, return_state=True)
     result = await state.result(raise_on_failure=False)
@@ -111,7 +111,7 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
     from flows.promote_vendors import promote_discovered_vendors
     from flows.questionnaires import route_questionnaires
     from flows.rerun import rerun_failed_items
-    from tasks.outcomes import Outcome
+    from write_engine.outcomes import Outcome
 
     await ensure_token_rate_limit()
     seed = sandbox.control.seed()

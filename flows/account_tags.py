@@ -19,7 +19,8 @@ from pydantic import Field, field_validator
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import AccountUpdate, CustomerTrustAccount
-from flows.inputs import (
+from tasks.accounts import list_tag_categories, read_tag_category, update_account
+from write_engine.inputs import (
     Identifier,
     ItemInput,
     ParsedItems,
@@ -28,9 +29,8 @@ from flows.inputs import (
     parse_items,
     split_list,
 )
-from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
-from tasks.accounts import list_tag_categories, read_tag_category, update_account
-from tasks.outcomes import ItemResult, Outcome, RunSummary
+from write_engine.outcomes import ItemResult, Outcome, RunSummary
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
 
 FLOW_KEY = "update-account-tags"
 #: in a CSV ``tag_ids`` cell: remove every tag of the category (an empty cell is an error)

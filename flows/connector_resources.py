@@ -29,28 +29,28 @@ from pydantic import BaseModel, Field
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import PackageVulnerability, UserSecurityTrainingStatus
-from tasks.connection import compliance_client
-from tasks.connector_digests import (
+from read_reports.connector_digests import (
     MAX_LISTED_PER_TRAINEE,
     SEVERITY_BANDS,
     TrainingDigest,
     VulnerabilityDigest,
     severity_of,
 )
-from tasks.prefect_events import EventSink, send_events
-from tasks.read_events import training_overdue_event, vulnerability_event
-from tasks.read_filters import (
+from read_reports.events import training_overdue_event, vulnerability_event
+from read_reports.filters import (
     check_positive_int,
     check_resource_id,
     parse_timestamp,
 )
-from tasks.read_reports import (
+from read_reports.tables import (
     artifact_key,
     markdown_table,
     publish_markdown,
     publish_table,
     shown_note,
 )
+from runtime.connection import compliance_client
+from runtime.events import EventSink, send_events
 
 KNOWN_FRAMEWORKS = ("SOC2", "ISO27001", "HIPAA", "PCI", "GDPR", "CCPA")
 

@@ -11,7 +11,7 @@ from prefect.cache_policies import NONE
 from prefect.logging import get_run_logger
 
 from compliance_api.settings import load_settings
-from tasks.connection import shared_broker
+from runtime.connection import shared_broker
 
 
 @task(name="Suspend and delete customer tokens", cache_policy=NONE, persist_result=False)

@@ -28,8 +28,18 @@ from compliance_api.errors import (
 )
 from compliance_api.models import DocumentLinkCreate
 from compliance_api.settings import load_settings
-from flows.inputs import Identifier, ItemInput, ParsedItems, collect_records, dedupe, parse_items
-from flows.write_run import (
+from tasks.documents import create_document_link
+from write_engine.inputs import (
+    Identifier,
+    ItemInput,
+    ParsedItems,
+    collect_records,
+    dedupe,
+    parse_items,
+)
+from write_engine.link_ledger import LedgerEntry, LinkLedger
+from write_engine.outcomes import ItemResult, Outcome, RunSummary
+from write_engine.run import (
     DEFAULT_CONCURRENCY,
     WriteJob,
     classify,
@@ -37,9 +47,6 @@ from flows.write_run import (
     describe_error,
     run_write_job,
 )
-from tasks.documents import create_document_link
-from tasks.link_ledger import LedgerEntry, LinkLedger
-from tasks.outcomes import ItemResult, Outcome, RunSummary
 
 FLOW_KEY = "attach-document-links"
 #: what to do with links an earlier attempt left unconfirmed (pending in the ledger)

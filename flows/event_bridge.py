@@ -2,13 +2,13 @@
 
 Runbook:
 
-1. Take the bridge's lock (a Prefect Variable lease lock, ``tasks/checkpoints.py``): an
+1. Take the bridge's lock (a Prefect Variable lease lock, ``audit_log/checkpoints.py``): an
    overlapping scheduled run waits for the running one, then finds nothing new; it gives up
    after ``lock_wait_seconds``. A killed run's lease runs out within 30 s.
 2. Load the checkpoint from its Prefect Variable (first run: ``start_date``, default "now", so a
    new bridge does not replay months of history into automations unless asked to).
 3. For each page of 100 entries after the checkpoint: build one event per entry (naming rule in
-   ``tasks/audit_events.py``), send them and wait for the server to accept them, *then* save the
+   ``audit_log/events.py``), send them and wait for the server to accept them, *then* save the
    checkpoint.
 
 Exactly once: a crash after sending and before saving replays at most that page; the replayed
@@ -28,19 +28,19 @@ from prefect.cache_policies import NONE
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
+from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore, exclusive_run
+from audit_log.events import audit_event
 from compliance_api.errors import InputError
-from tasks.audit_events import audit_event
-from tasks.checkpoints import EventLogCheckpoint, VariableCheckpointStore, exclusive_run
-from tasks.connection import compliance_client
-from tasks.event_log_reads import iter_new_pages
-from tasks.prefect_events import EventSink, send_events
-from tasks.read_filters import (
+from read_reports.filters import (
     check_max_pages,
     check_non_negative,
     check_page_size,
     parse_timestamp,
 )
-from tasks.token_backends import LeaseLockTimeoutError
+from runtime.connection import compliance_client
+from runtime.events import EventSink, send_events
+from runtime.token_backends import LeaseLockTimeoutError
+from tasks.event_logs import iter_new_pages
 
 DEFAULT_CHECKPOINT_VARIABLE = "compliance_event_bridge_checkpoint"
 DEFAULT_LOCK = "compliance-event-bridge"

@@ -12,7 +12,7 @@ Runbook:
 4. For each page after the checkpoint: append its entries to their day files, fsync, then
    replace the checkpoint atomically. Each entry lands in the files exactly once.
 
-See ``tasks/jsonl_export.py`` for the file format.
+See ``audit_log/jsonl_export.py`` for the file format.
 """
 
 from __future__ import annotations
@@ -27,20 +27,20 @@ from prefect.cache_policies import NONE
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
+from audit_log.checkpoints import EventLogCheckpoint, exclusive_run
+from audit_log.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
 from compliance_api.errors import InputError
 from compliance_api.models import EventLogEntry
-from tasks.checkpoints import EventLogCheckpoint, exclusive_run
-from tasks.connection import compliance_client
-from tasks.event_log_reads import iter_new_pages
-from tasks.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
-from tasks.read_filters import (
+from read_reports.filters import (
     check_max_pages,
     check_non_negative,
     check_page_size,
     parse_timestamp,
 )
-from tasks.read_reports import markdown_table, publish_markdown
-from tasks.token_backends import LeaseLockTimeoutError
+from read_reports.tables import markdown_table, publish_markdown
+from runtime.connection import compliance_client
+from runtime.token_backends import LeaseLockTimeoutError
+from tasks.event_logs import iter_new_pages
 
 DEFAULT_LOCK = "compliance-event-log-export"
 

@@ -20,8 +20,9 @@ from prefect.utilities.annotations import quote
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateStatus
-from flows import collector
-from flows.inputs import (
+from tasks.groups import PersonAnswer, add_people_to_group
+from write_engine import collector
+from write_engine.inputs import (
     Identifier,
     ItemInput,
     ParsedItems,
@@ -29,9 +30,8 @@ from flows.inputs import (
     dedupe,
     parse_items,
 )
-from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
-from tasks.groups import PersonAnswer, add_people_to_group
-from tasks.outcomes import AnyResult, Done, ItemResult, Outcome, RunSummary
+from write_engine.outcomes import AnyResult, Done, ItemResult, Outcome, RunSummary
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
 
 FLOW_KEY = "add-people-to-groups"
 CHUNK_SIZE = MAX_ADD_PEOPLE

@@ -6,9 +6,9 @@ Runbook the flow follows:
 2. Stream the knowledge-base resources, then the answer-library entries, page by page, with the
    same filters (``types`` applies to resources only: answers have no type, so a type filter
    leaves them out unless ``sources`` asks for them).
-3. Classify each item (see ``tasks/freshness.py``), count it for its owner, keep the ``top_n``
-   most urgent rows, and send one event per item expiring soon (and per expired item) so an
-   automation can tell its owner.
+3. Classify each item (see ``read_reports/freshness.py``), count it for its owner, keep the
+   ``top_n`` most urgent rows, and send one event per item expiring soon (and per expired item)
+   so an automation can tell its owner.
 4. Publish a markdown summary and two tables (by owner; most urgent items).
 
 Memory stays flat: one page plus bounded counters, however large the knowledge base.
@@ -35,18 +35,18 @@ from compliance_api.models import (
     KnowledgeBaseResource,
     Page,
 )
-from tasks.connection import compliance_client
-from tasks.freshness import FreshnessRules, FreshnessTally, Reason, as_item
-from tasks.prefect_events import EventSink, send_events
-from tasks.read_events import kb_item_event
-from tasks.read_filters import (
+from read_reports.events import kb_item_event
+from read_reports.filters import (
     ListFilters,
     check_non_negative,
     check_page_size,
     check_positive_int,
     parse_timestamp,
 )
-from tasks.read_reports import markdown_table, publish_markdown, publish_table, shown_note
+from read_reports.freshness import FreshnessRules, FreshnessTally, Reason, as_item
+from read_reports.tables import markdown_table, publish_markdown, publish_table, shown_note
+from runtime.connection import compliance_client
+from runtime.events import EventSink, send_events
 
 Source = Literal["resources", "answer_library"]
 SOURCES: tuple[Source, ...] = ("resources", "answer_library")

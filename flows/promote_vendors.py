@@ -15,10 +15,17 @@ from pydantic import BaseModel
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import ConflictError
 from compliance_api.models import Vendor
-from flows.inputs import Identifier, ItemInput, ParsedItems, collect_records, dedupe, parse_items
-from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
-from tasks.outcomes import ItemResult, Outcome, RunSummary
 from tasks.vendors import promote_discovered_vendor
+from write_engine.inputs import (
+    Identifier,
+    ItemInput,
+    ParsedItems,
+    collect_records,
+    dedupe,
+    parse_items,
+)
+from write_engine.outcomes import ItemResult, Outcome, RunSummary
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
 
 FLOW_KEY = "promote-discovered-vendors"
 

@@ -27,7 +27,8 @@ from compliance_api.models import (
     QuestionnaireStatus,
     QuestionnaireUpdate,
 )
-from flows.inputs import (
+from tasks.questionnaires import approve_questionnaire, update_questionnaire
+from write_engine.inputs import (
     Identifier,
     ItemInput,
     ParsedItems,
@@ -36,9 +37,8 @@ from flows.inputs import (
     parse_items,
     split_list,
 )
-from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job
-from tasks.outcomes import ItemResult, Outcome, RunSummary
-from tasks.questionnaires import approve_questionnaire, update_questionnaire
+from write_engine.outcomes import ItemResult, Outcome, RunSummary
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job
 
 FLOW_KEY = "route-questionnaires"
 ENTITLEMENT = "QuestionnaireAutomationAdvanced"

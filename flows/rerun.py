@@ -36,12 +36,12 @@ from compliance_api.errors import ComplianceError, InputError
 from flows.account_tags import AccountTags
 from flows.document_links import UnconfirmedLinks, document_links_job
 from flows.group_membership import GroupMembership
-from flows.inputs import ItemInput, ParsedItems, dedupe, parse_item
 from flows.promote_vendors import VendorPromotion
 from flows.questionnaires import QuestionnaireRouting
-from flows.write_run import DEFAULT_CONCURRENCY, WriteJob, run_write_job
-from tasks.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
-from tasks.reporting import FailedItemsRecord, read_failed_items
+from write_engine.inputs import ItemInput, ParsedItems, dedupe, parse_item
+from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
+from write_engine.reporting import FailedItemsRecord, read_failed_items
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, run_write_job
 
 JobFactory = Callable[[UnconfirmedLinks], AbstractContextManager[WriteJob[Any]]]
 

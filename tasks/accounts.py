@@ -11,7 +11,7 @@ from compliance_api.models import (
     TagCategory,
     TagCategoryDetail,
 )
-from tasks.retries import IDEMPOTENT_WRITE, READ
+from runtime.retries import IDEMPOTENT_WRITE, READ
 
 
 @task(

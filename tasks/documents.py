@@ -6,7 +6,7 @@ from prefect import task
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import DocumentLink, DocumentLinkCreate
-from tasks.retries import CREATE_ONCE
+from runtime.retries import CREATE_ONCE
 
 
 @task(

@@ -10,7 +10,7 @@ import anyio
 from prefect import task
 
 from compliance_api.client import ComplianceClient
-from tasks.retries import IDEMPOTENT_WRITE
+from runtime.retries import IDEMPOTENT_WRITE
 
 #: one person's answer: (person id, status, the service's message or None)
 PersonAnswer: TypeAlias = tuple[str, str, str | None]

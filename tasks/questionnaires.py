@@ -6,7 +6,7 @@ from prefect import task
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import Questionnaire, QuestionnaireUpdate
-from tasks.retries import IDEMPOTENT_WRITE
+from runtime.retries import IDEMPOTENT_WRITE
 
 
 @task(

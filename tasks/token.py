@@ -1,7 +1,7 @@
 """The single shared token task every flow uses.
 
 It returns only what is safe to show (fingerprint, expiry): the token itself never becomes a
-Prefect result. Tasks then call the API through ``tasks.connection.compliance_client()``, whose
+Prefect result. Tasks then call the API through ``runtime.connection.compliance_client()``, whose
 broker already holds the token this task obtained.
 """
 
@@ -15,7 +15,7 @@ from prefect.logging import get_run_logger
 from pydantic import BaseModel
 
 from compliance_api.settings import Settings, load_settings
-from tasks.connection import shared_broker
+from runtime.connection import shared_broker
 
 
 class SharedTokenInfo(BaseModel):

@@ -128,7 +128,7 @@ async def settle_reviewed_links(
     """The operator's follow-up of needs_review links, after checking each document: the links
     found there are marked attached (nothing sent), the missing ones are resent once."""
     from flows.document_links import attach_document_links
-    from tasks.outcomes import Outcome
+    from write_engine.outcomes import Outcome
 
     if present:
         _, settled = await run_flow(

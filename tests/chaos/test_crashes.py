@@ -24,7 +24,6 @@ import pytest
 from flows.document_links import attach_document_links
 from flows.group_membership import add_people_to_groups
 from sandbox.runner import SandboxHandle
-from tasks.outcomes import Outcome
 from tests.chaos.conftest import (
     ADD_PEOPLE,
     CREATE_LINK,
@@ -39,6 +38,7 @@ from tests.chaos.conftest import (
     wait_for,
     write_counts,
 )
+from write_engine.outcomes import Outcome
 
 pytestmark = pytest.mark.chaos
 
@@ -170,7 +170,7 @@ async def test_token_lock_of_a_killed_holder_is_free_at_once(chaos_env: SandboxH
     from compliance_api.tokens.errors import TokenLockTimeoutError
     from compliance_api.tokens.factory import local_lock
     from compliance_api.tokens.keys import CustomerKey
-    from tasks.connection import shared_broker
+    from runtime.connection import shared_broker
 
     settings = load_settings()
     child = await start_lock_holder(_lock_holder_code(str(settings.state_dir)))
@@ -193,7 +193,7 @@ async def test_prefect_lease_lock_of_a_killed_holder_is_broken_within_60_s(
     holder killed without releasing it blocks others for at most its lease (< 60 s)."""
     from compliance_api.settings import load_settings
     from compliance_api.tokens.keys import CustomerKey
-    from tasks.token_backends import LEASE_SECONDS, PrefectVariableLock
+    from runtime.token_backends import LEASE_SECONDS, PrefectVariableLock
 
     assert LEASE_SECONDS < LOCK_DEADLINE_SECONDS
     settings = load_settings()
@@ -202,7 +202,7 @@ async def test_prefect_lease_lock_of_a_killed_holder_is_broken_within_60_s(
         import asyncio
         from compliance_api.settings import load_settings
         from compliance_api.tokens.keys import CustomerKey
-        from tasks.token_backends import PrefectVariableLock
+        from runtime.token_backends import PrefectVariableLock
 
         async def main():
             key = CustomerKey.from_settings(load_settings())
@@ -226,13 +226,13 @@ async def test_audit_log_reader_lock_of_a_killed_run_is_free_within_60_s(
 ) -> None:
     """An export run killed while holding the reader lock must not block the next run for
     more than 60 s (the lock is a Prefect concurrency slot with a lease)."""
-    from tasks.checkpoints import exclusive_run
+    from audit_log.checkpoints import exclusive_run
 
     name = f"chaos-reader-lock-{os.getpid()}"
     code = textwrap.dedent(
         f"""
         import asyncio
-        from tasks.checkpoints import exclusive_run
+        from audit_log.checkpoints import exclusive_run
 
         async def main():
             async with exclusive_run({name!r}, 30):

@@ -15,7 +15,6 @@ from flows.group_membership import add_people_to_groups
 from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tasks.outcomes import Outcome
 from tests.chaos.conftest import (
     ADD_PEOPLE,
     CREATE_LINK,
@@ -27,6 +26,7 @@ from tests.chaos.conftest import (
     stats,
     write_counts,
 )
+from write_engine.outcomes import Outcome
 
 pytestmark = pytest.mark.chaos
 
@@ -154,8 +154,8 @@ async def test_token_endpoint_down_for_the_whole_run_is_reported_and_rerunnable(
     """No token at all: nothing is sent, every person is reported failed_retryable with the
     reason, and the rerun of the failed items (endpoint back) adds each person once."""
     from compliance_api.tokens.broker import BrokerPolicy
+    from runtime.connection import shared_broker
     from tasks import groups
-    from tasks.connection import shared_broker
 
     # the same retry rules, fewer and shorter (the outage answers Retry-After: 1 each time)
     shared_broker().policy = BrokerPolicy(

@@ -100,7 +100,8 @@ def final(runs: list[dict[str, Any]]) -> bool:
 
 
 def emit_failed_items_event(stack: LocalStack, run_id: str, attempt: int) -> None:
-    """What a write run at ``attempt`` that left a transient failure sends (tasks/reporting.py)."""
+    """What a write run at ``attempt`` that left a transient failure sends
+    (write_engine/reporting.py)."""
     event = {
         "id": str(uuid.uuid4()),
         "occurred": datetime.now(UTC).isoformat(),

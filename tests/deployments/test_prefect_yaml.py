@@ -30,7 +30,7 @@ from prefect.utilities.templating import apply_values
 from deployments.processes import ChildProcess
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.stack import encryption_key
-from tasks.reporting import RETRYABLE_LABEL
+from write_engine.reporting import RETRYABLE_LABEL
 
 CONFIG = yaml.safe_load((PROJECT_DIR / "prefect.yaml").read_text())
 DEPLOYMENTS = CONFIG["deployments"]

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from flows import collector
+from write_engine import collector
 
 
 @pytest.fixture(autouse=True)

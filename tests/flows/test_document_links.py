@@ -11,8 +11,8 @@ from compliance_api.errors import InputError
 from flows.document_links import attach_document_links
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tasks.outcomes import Outcome
 from tests.flows.conftest import api_calls, run_flow, run_id
+from write_engine.outcomes import Outcome
 
 ROUTE = "POST /v1/documents/{documentId}/links"
 

@@ -10,10 +10,10 @@ import pytest
 from compliance_api.errors import InputError
 from flows.group_membership import add_people_to_groups
 from flows.rerun import rerun_failed_items
+from runtime.connection import forget_brokers
 from sandbox.runner import SandboxHandle, run_sandbox_in_thread
-from tasks.connection import forget_brokers
-from tasks.outcomes import Outcome
 from tests.flows.conftest import api_calls, results_table, run_flow, run_id
+from write_engine.outcomes import Outcome
 
 ROUTE = "POST /v1/groups/{groupId}/add-people"
 
@@ -34,8 +34,8 @@ async def test_chunks_run_with_the_bulk_collector_settings_and_restore_them(
     own back when the run ends."""
     import gc
 
-    from flows.collector import BULK_RUN_THRESHOLD
     from flows.group_membership import GroupMembership
+    from write_engine.collector import BULK_RUN_THRESHOLD
 
     before = gc.get_threshold()
     seen: list[int] = []

@@ -147,7 +147,7 @@ def test_csv_rows_read_as_dict_reader_reads_them(text: str) -> None:
     import csv
     import io
 
-    from flows.inputs import _csv_records
+    from write_engine.inputs import _csv_records
 
     reader = csv.DictReader(io.StringIO(text, newline=""))
     expected = []
@@ -168,8 +168,8 @@ def test_bulk_validation_still_names_the_first_bad_row(tmp_path: Path) -> None:
 
 
 def test_brief_results_are_never_failures_and_the_table_shows_every_failure() -> None:
-    from tasks.outcomes import Done, ItemResult, Outcome
-    from tasks.reporting import MAX_OK_ROWS, result_rows
+    from write_engine.outcomes import Done, ItemResult, Outcome
+    from write_engine.reporting import MAX_OK_ROWS, result_rows
 
     with pytest.raises(ValueError, match="failed"):
         Done("g/p", Outcome.FAILED)

@@ -10,8 +10,8 @@ from compliance_api.errors import InputError
 from flows.promote_vendors import VendorPromotionSummary, promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tasks.outcomes import Outcome
 from tests.flows.conftest import api_calls, results_table, run_flow, run_id
+from write_engine.outcomes import Outcome
 
 ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 

@@ -9,10 +9,10 @@ import pytest
 from compliance_api.errors import InputError
 from flows.questionnaires import route_questionnaires
 from flows.rerun import rerun_failed_items
+from runtime.connection import forget_brokers
 from sandbox.runner import SandboxHandle
-from tasks.connection import forget_brokers
-from tasks.outcomes import Outcome
 from tests.flows.conftest import api_calls, results_table, run_flow, run_id
+from write_engine.outcomes import Outcome
 
 PATCH = "PATCH /v1/customer-trust/questionnaires/{questionnaireId}"
 APPROVE = "POST /v1/customer-trust/questionnaires/{questionnaireId}/approve"

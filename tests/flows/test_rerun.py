@@ -11,10 +11,10 @@ from compliance_api.errors import InputError
 from flows import rerun as rerun_module
 from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
+from runtime.connection import shared_broker
 from sandbox.runner import SandboxHandle
-from tasks import reporting
-from tasks.connection import shared_broker
 from tests.flows.conftest import artifacts_of, results_table, run_flow, run_id
+from write_engine import reporting
 
 ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 

@@ -14,10 +14,10 @@ from compliance_api.errors import (
     ServerError,
     TransportError,
 )
+from runtime.retries import retry_if_unapplied, retry_transient
 from tasks.documents import create_document_link
 from tasks.groups import add_people_to_group
-from tasks.link_ledger import LinkLedger
-from tasks.retries import retry_if_unapplied, retry_transient
+from write_engine.link_ledger import LinkLedger
 
 OP = "op"
 

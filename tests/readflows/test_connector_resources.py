@@ -9,9 +9,9 @@ import pytest
 
 from compliance_api.errors import InputError, NotFoundError
 from flows.connector_resources import package_vulnerability_digest, security_training_report
+from read_reports.events import TRAINING_OVERDUE, VULNERABILITY_ACTION
+from runtime.events import deterministic_event_id
 from sandbox.runner import SandboxHandle
-from tasks.prefect_events import deterministic_event_id
-from tasks.read_events import TRAINING_OVERDUE, VULNERABILITY_ACTION
 from tests.readflows.conftest import calls, no_calls, read_events
 
 pytestmark = pytest.mark.usefixtures("reads_env")

@@ -9,13 +9,13 @@ import pytest
 from prefect.events import Event
 from prefect.variables import Variable
 
+from audit_log.checkpoints import VariableCheckpointStore, exclusive_run
+from audit_log.events import audit_event_id
 from compliance_api.errors import InputError
 from flows import event_bridge
 from flows.event_bridge import bridge_event_log
+from runtime.events import EventSink
 from sandbox.runner import SandboxHandle
-from tasks.audit_events import audit_event_id
-from tasks.checkpoints import VariableCheckpointStore, exclusive_run
-from tasks.prefect_events import EventSink
 from tests.readflows.conftest import calls, no_calls, read_events, unique_name
 
 pytestmark = pytest.mark.usefixtures("reads_env")

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from audit_log.jsonl_export import CHECKPOINT_FILE, DayFileExport
 from compliance_api.errors import InputError
 from flows.event_log_export import export_event_log
 from sandbox.runner import SandboxHandle
-from tasks.jsonl_export import CHECKPOINT_FILE, DayFileExport
 from tests.readflows.conftest import calls, no_calls
 
 pytestmark = pytest.mark.usefixtures("reads_env")

@@ -14,10 +14,10 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from compliance_api.errors import InputError
 from compliance_api.models import AnswerLibraryFilter, KnowledgeBaseFilter
 from flows.knowledge_base import knowledge_base_freshness
+from read_reports.events import KB_EXPIRED, KB_EXPIRING_SOON
+from runtime.connection import compliance_client
+from runtime.events import deterministic_event_id
 from sandbox.runner import SandboxHandle
-from tasks.connection import compliance_client
-from tasks.prefect_events import deterministic_event_id
-from tasks.read_events import KB_EXPIRED, KB_EXPIRING_SOON
 from tests.readflows.conftest import calls, no_calls, read_events
 
 pytestmark = pytest.mark.usefixtures("reads_env")

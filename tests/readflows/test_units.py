@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from audit_log.checkpoints import MAX_BOUNDARY_IDS, EventLogCheckpoint
+from audit_log.events import audit_event, event_name, resource_kind
+from audit_log.jsonl_export import DayFileExport, ExportCheckpoint
 from compliance_api.errors import InputError
 from compliance_api.models import EventLogEntry, KnowledgeBaseResource, PackageVulnerability
-from tasks.audit_events import audit_event, event_name, resource_kind
-from tasks.checkpoints import MAX_BOUNDARY_IDS, EventLogCheckpoint
-from tasks.connector_digests import VulnerabilityDigest, severity_band
-from tasks.freshness import FreshnessRules, FreshnessTally, Reason, as_item
-from tasks.jsonl_export import DayFileExport, ExportCheckpoint
-from tasks.read_filters import ListFilters, check_page_size, parse_tags, parse_timestamp
-from tasks.read_reports import BoundedTop
+from read_reports.connector_digests import VulnerabilityDigest, severity_band
+from read_reports.filters import ListFilters, check_page_size, parse_tags, parse_timestamp
+from read_reports.freshness import FreshnessRules, FreshnessTally, Reason, as_item
+from read_reports.tables import BoundedTop
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -29,7 +29,7 @@ from deployments.bootstrap import (
     main,
     token_rate_limit_name,
 )
-from tasks.token_backends import (
+from runtime.token_backends import (
     LOCK_PREFIX,
     PrefectRateLimiter,
     PrefectVariableLock,

@@ -22,8 +22,8 @@ from typing import Any
 from prefect.events import Event
 
 from compliance_api.models import PackageVulnerability
-from tasks.freshness import FreshnessRules, KbItem, Reason
-from tasks.prefect_events import deterministic_event_id
+from read_reports.freshness import FreshnessRules, KbItem, Reason
+from runtime.events import deterministic_event_id
 
 KB_EXPIRING_SOON = "compliance.knowledge_base.expiring_soon"
 KB_EXPIRED = "compliance.knowledge_base.expired"

@@ -9,7 +9,7 @@ machines kept on the Prefect server itself (no Redis to run).
   whose name exists fails with 409, so creation is an atomic test-and-set; the holder renews a
   short lease while it holds the lock, and a dead holder's lease is broken by the next waiter
   after it expires (deleting by id, so two waiters can never both break it). The audit-log
-  readers' run lock (``tasks/checkpoints.py``) uses it too.
+  readers' run lock (``audit_log/checkpoints.py``) uses it too.
 - ``PrefectVariableLock``: the token lock per customer key, on top of ``VariableLeaseLock``.
 """
 

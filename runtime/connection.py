@@ -2,7 +2,7 @@
 
 The client is wired to the process-wide token broker, so all tasks, flow runs and threads of a
 process share one cached token, and all processes share one stored token (see
-``tasks/token_backends.py`` for the rule that picks the backends).
+``runtime/token_backends.py`` for the rule that picks the backends).
 
 Backend rule:
 - rate limiter: the Prefect global concurrency limit when a Prefect API is configured
@@ -31,7 +31,11 @@ from compliance_api.tokens.factory import local_limiter, local_lock, local_store
 from compliance_api.tokens.limiter import RateLimiter
 from compliance_api.tokens.lock import TokenLock
 from compliance_api.tokens.store import TokenStore
-from tasks.token_backends import PrefectRateLimiter, PrefectVariableLock, PrefectVariableTokenStore
+from runtime.token_backends import (
+    PrefectRateLimiter,
+    PrefectVariableLock,
+    PrefectVariableTokenStore,
+)
 
 STORE_ENV = "COMPLIANCE_TOKEN_STORE"  # noqa: S105 - an environment variable name
 StoreKind = Literal["local", "prefect"]

@@ -25,9 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from audit_log.checkpoints import EventLogCheckpoint
 from compliance_api.errors import InputError
 from compliance_api.models import EventLogEntry
-from tasks.checkpoints import EventLogCheckpoint
 
 CHECKPOINT_FILE = "checkpoint.json"
 LOCK_FILE = ".export.lock"

@@ -28,7 +28,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.sorting import ArtifactSort
 from prefect.events import emit_event
 
-from tasks.outcomes import AnyResult, Outcome, RunSummary
+from write_engine.outcomes import AnyResult, Outcome, RunSummary
 
 #: key prefix of the artifact that lists a run's failed items with their rerun inputs
 FAILED_ITEMS_PREFIX = "failed-items-"

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from compliance_api.models import AnswerLibraryEntry, ExpirationStatus, KnowledgeBaseResource
-from tasks.read_reports import BoundedTop
+from read_reports.tables import BoundedTop
 
 UNASSIGNED = "(unassigned)"
 OTHER_OWNERS = "(other owners)"

@@ -18,10 +18,10 @@ from datetime import datetime
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
+from audit_log.checkpoints import EventLogCheckpoint
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InvalidRequestError
 from compliance_api.models import EventLogEntry, Page
-from tasks.checkpoints import EventLogCheckpoint
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 from prefect.events import Event
 
 from compliance_api.models import EventLogEntry, EventTarget
-from tasks.prefect_events import deterministic_event_id
+from runtime.events import deterministic_event_id
 
 EVENT_PREFIX = "compliance."
 _NAME_UNSAFE = re.compile(r"[^a-z0-9_.]")

@@ -5,7 +5,7 @@ durable: the page's ``endCursor``, the last entry's id and date, and the ids of 
 that last timestamp (to skip them if the cursor ever has to be replaced by ``startDate``).
 
 The bridge keeps its checkpoint in a Prefect Variable (any worker on any machine sees it); the
-export keeps it next to the files it describes (see ``tasks/jsonl_export.py``). Runs of one
+export keeps it next to the files it describes (see ``audit_log/jsonl_export.py``). Runs of one
 reader are serialized with a Prefect Variable lease lock (``VariableLeaseLock``, a 30 s lease
 renewed while the run lives), so a crashed run blocks the next one for under 60 s. A global
 concurrency limit cannot promise that: Prefect requires leases of at least 60 s and reclaims
@@ -24,7 +24,7 @@ from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
 from compliance_api.models import EventLogEntry
-from tasks.token_backends import VariableLeaseLock
+from runtime.token_backends import VariableLeaseLock
 
 #: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
 MAX_BOUNDARY_IDS = 64

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from compliance_api.models import PackageVulnerability, TrainingStatus, UserSecurityTrainingStatus
-from tasks.read_reports import BoundedTop
+from read_reports.tables import BoundedTop
 
 SEVERITY_BANDS: tuple[tuple[str, float], ...] = (
     ("critical", 9.0),

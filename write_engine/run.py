@@ -34,18 +34,18 @@ from compliance_api.errors import (
     ServerError,
     TransportError,
 )
-from flows import collector
-from flows.inputs import ItemInput, ItemT, ParsedItems
-from tasks.connection import compliance_client
-from tasks.outcomes import AnyResult, ItemResult, ItemsFailed, Outcome, RunSummary
-from tasks.reporting import (
+from runtime.connection import compliance_client
+from tasks.token import get_shared_access_token
+from write_engine import collector
+from write_engine.inputs import ItemInput, ItemT, ParsedItems
+from write_engine.outcomes import AnyResult, ItemResult, ItemsFailed, Outcome, RunSummary
+from write_engine.reporting import (
     Progress,
     emit_failed_items_event,
     publish_failed_items,
     publish_results_table,
     rerun_hint,
 )
-from tasks.token import get_shared_access_token
 
 DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 32
