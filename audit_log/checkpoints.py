@@ -24,7 +24,7 @@ from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
 from compliance_api.models import EventLogEntry
-from runtime.token_backends import VariableLeaseLock
+from runtime.locks import VariableLeaseLock
 
 #: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
 MAX_BOUNDARY_IDS = 64

@@ -20,15 +20,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NONE
+from prefect import flow, get_run_logger
 from prefect.events import Event
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
-from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
-from compliance_api.models import PackageVulnerability, UserSecurityTrainingStatus
 from read_reports.connector_digests import (
     MAX_LISTED_PER_TRAINEE,
     SEVERITY_BANDS,
@@ -50,7 +47,9 @@ from read_reports.tables import (
     shown_note,
 )
 from runtime.connection import compliance_client
-from runtime.events import EventSink, send_events
+from runtime.events import EventSink
+from tasks.connector_resources import read_package_vulnerabilities, read_security_training
+from tasks.events import send_events
 
 KNOWN_FRAMEWORKS = ("SOC2", "ISO27001", "HIPAA", "PCI", "GDPR", "CCPA")
 
@@ -93,20 +92,6 @@ def _check_frameworks(value: list[str] | None) -> frozenset[str] | None:
             )
         chosen.add(name)
     return frozenset(chosen) or None
-
-
-@task(name="Read package vulnerabilities", cache_policy=NONE)
-async def read_package_vulnerabilities(
-    client: ComplianceClient, resource_id: str
-) -> list[PackageVulnerability]:
-    return await client.list_package_vulnerabilities(resource_id)
-
-
-@task(name="Read security-training statuses", cache_policy=NONE)
-async def read_security_training(
-    client: ComplianceClient, resource_id: str
-) -> list[UserSecurityTrainingStatus]:
-    return await client.list_user_security_training(resource_id)
 
 
 @flow(name="package-vulnerability-digest", log_prints=False)

@@ -23,13 +23,13 @@ import re
 from collections import Counter
 from datetime import UTC, datetime
 
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NONE
+from prefect import flow, get_run_logger
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore, exclusive_run
 from audit_log.events import audit_event
+from audit_log.reading import iter_new_pages
 from compliance_api.errors import InputError
 from read_reports.filters import (
     check_max_pages,
@@ -38,9 +38,10 @@ from read_reports.filters import (
     parse_timestamp,
 )
 from runtime.connection import compliance_client
-from runtime.events import EventSink, send_events
-from runtime.token_backends import LeaseLockTimeoutError
-from tasks.event_logs import iter_new_pages
+from runtime.events import EventSink
+from runtime.locks import LeaseLockTimeoutError
+from tasks.event_logs import load_bridge_checkpoint, save_bridge_checkpoint
+from tasks.events import send_events
 
 DEFAULT_CHECKPOINT_VARIABLE = "compliance_event_bridge_checkpoint"
 DEFAULT_LOCK = "compliance-event-bridge"
@@ -68,18 +69,6 @@ def check_variable_name(parameter: str, value: str) -> str:
             parameter, value, "must be 1-255 lowercase letters, digits, '-' or '_' characters"
         )
     return value
-
-
-@task(name="Save the bridge checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
-async def save_bridge_checkpoint(
-    store: VariableCheckpointStore, checkpoint: EventLogCheckpoint
-) -> None:
-    await store.save(checkpoint)
-
-
-@task(name="Load the bridge checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
-async def load_bridge_checkpoint(store: VariableCheckpointStore) -> EventLogCheckpoint | None:
-    return await store.load()
 
 
 @flow(name="bridge-event-log", log_prints=False)

@@ -17,20 +17,18 @@ See ``audit_log/jsonl_export.py`` for the file format.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from pathlib import Path
 
 from filelock import FileLock, Timeout
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NONE
+from prefect import flow, get_run_logger
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from audit_log.checkpoints import EventLogCheckpoint, exclusive_run
 from audit_log.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
+from audit_log.reading import iter_new_pages
 from compliance_api.errors import InputError
-from compliance_api.models import EventLogEntry
 from read_reports.filters import (
     check_max_pages,
     check_non_negative,
@@ -39,8 +37,8 @@ from read_reports.filters import (
 )
 from read_reports.tables import markdown_table, publish_markdown
 from runtime.connection import compliance_client
-from runtime.token_backends import LeaseLockTimeoutError
-from tasks.event_logs import iter_new_pages
+from runtime.locks import LeaseLockTimeoutError
+from tasks.event_logs import write_export_page
 
 DEFAULT_LOCK = "compliance-event-log-export"
 
@@ -56,33 +54,6 @@ class ExportResult(BaseModel):
     files: dict[str, int] = Field(default_factory=dict)
     last_event_id: str | None = None
     last_event_date: datetime | None = None
-
-
-@task(name="Write a page to the day files", cache_policy=NONE)
-async def write_export_page(
-    export: DayFileExport,
-    checkpoint: ExportCheckpoint,
-    entries: list[EventLogEntry],
-    log_checkpoint: EventLogCheckpoint,
-) -> ExportCheckpoint:
-    """Append and fsync, then commit the checkpoint: the order that makes it exactly once.
-
-    The caller passes ``quote(entries)``: walking a page's 100 entries field by field to resolve
-    and record the task's inputs was half of the export's CPU time.
-    """
-    return await asyncio.to_thread(_write_and_commit, export, checkpoint, entries, log_checkpoint)
-
-
-def _write_and_commit(
-    export: DayFileExport,
-    checkpoint: ExportCheckpoint,
-    entries: list[EventLogEntry],
-    log_checkpoint: EventLogCheckpoint,
-) -> ExportCheckpoint:
-    sizes, lines = export.append_page(checkpoint, entries)
-    committed = ExportCheckpoint(log=log_checkpoint, files=sizes, lines=lines)
-    export.commit(committed)
-    return committed
 
 
 def _output_dir(value: str) -> Path:

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NONE
+from prefect import flow, get_run_logger
 from prefect.events import Event
 from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
@@ -29,10 +28,6 @@ from pydantic import BaseModel, Field
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import (
-    AnswerLibraryEntry,
-    AnswerLibraryFilter,
-    KnowledgeBaseFilter,
-    KnowledgeBaseResource,
     Page,
 )
 from read_reports.events import kb_item_event
@@ -46,7 +41,9 @@ from read_reports.filters import (
 from read_reports.freshness import FreshnessRules, FreshnessTally, Reason, as_item
 from read_reports.tables import markdown_table, publish_markdown, publish_table, shown_note
 from runtime.connection import compliance_client
-from runtime.events import EventSink, send_events
+from runtime.events import EventSink
+from tasks.events import send_events
+from tasks.knowledge_base import read_answers_page, read_resources_page
 
 Source = Literal["resources", "answer_library"]
 SOURCES: tuple[Source, ...] = ("resources", "answer_library")
@@ -115,20 +112,6 @@ def _check_sources(sources: Sequence[str]) -> list[Source]:
     if not chosen:
         raise InputError("sources", list(sources), "choose at least one source")
     return chosen
-
-
-@task(name="Read a page of knowledge-base resources", cache_policy=NONE)
-async def read_resources_page(
-    client: ComplianceClient, filters: KnowledgeBaseFilter, page_size: int, cursor: str | None
-) -> Page[KnowledgeBaseResource]:
-    return await client.list_knowledge_base_resources_page(filters, page_size, cursor)
-
-
-@task(name="Read a page of the answer library", cache_policy=NONE)
-async def read_answers_page(
-    client: ComplianceClient, filters: AnswerLibraryFilter, page_size: int, cursor: str | None
-) -> Page[AnswerLibraryEntry]:
-    return await client.list_answer_library_page(filters, page_size, cursor)
 
 
 async def scan_source(

@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from prefect import task
-from prefect.cache_policies import NONE
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.events import Event, RelatedResource
 from prefect.events.related import related_resources_from_run_context
@@ -93,14 +91,3 @@ class EventSink:
         maximum = get_current_settings().server.events.maximum_related_resources
         related = (list(event.related) + extra)[:maximum]
         return event.model_copy(update={"related": related}).model_dump(mode="json")
-
-
-@task(name="Send events", cache_policy=NONE, retries=2, retry_delay_seconds=2)
-async def send_events(sink: EventSink, events: list[Event]) -> int:
-    """Retrying is safe: event ids are deterministic and the server keeps each id once.
-
-    Callers pass ``quote(events)``: Prefect otherwise walks every field of every event of a
-    page (twice, to resolve and to record the task's inputs) before the task starts.
-    """
-    await sink.send(events)
-    return len(events)

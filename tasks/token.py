@@ -49,3 +49,13 @@ async def get_shared_access_token(settings: Settings | None = None) -> SharedTok
         fingerprint=token.fingerprint,
         expires_at=token.expires_at,
     )
+
+
+@task(name="Suspend and delete customer tokens", cache_policy=NONE, persist_result=False)
+async def suspend_and_delete_tokens(source_id: str | None = None) -> bool:
+    overrides = {"source_id": source_id} if source_id else {}
+    broker = shared_broker(load_settings(**overrides))
+    removed = await broker.disconnect()
+    message = "suspended and deleted" if removed else "nothing stored for"
+    get_run_logger().info("%s %s", message, broker.key.describe())
+    return removed

@@ -1,0 +1,23 @@
+"""Connector-resource reads: one API operation per task (whole lists, no pagination)."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from compliance_api.client import ComplianceClient
+from compliance_api.models import PackageVulnerability, UserSecurityTrainingStatus
+
+
+@task(name="Read package vulnerabilities", cache_policy=NONE)
+async def read_package_vulnerabilities(
+    client: ComplianceClient, resource_id: str
+) -> list[PackageVulnerability]:
+    return await client.list_package_vulnerabilities(resource_id)
+
+
+@task(name="Read security-training statuses", cache_policy=NONE)
+async def read_security_training(
+    client: ComplianceClient, resource_id: str
+) -> list[UserSecurityTrainingStatus]:
+    return await client.list_user_security_training(resource_id)
