@@ -178,7 +178,7 @@ class ComplianceClient:
     ) -> AsyncIterator[Page[KnowledgeBaseResource]]:
         """Every page in order, one in memory at a time."""
         flt = _filter(KnowledgeBaseFilter, filters)
-        _check_page_size(page_size)
+        check_page_size(page_size)
 
         async def fetch(cursor: str | None) -> Page[KnowledgeBaseResource]:
             return await self.list_knowledge_base_resources_page(flt, page_size, cursor)
@@ -218,7 +218,7 @@ class ComplianceClient:
     ) -> AsyncIterator[Page[AnswerLibraryEntry]]:
         """Every page in order, one in memory at a time."""
         flt = _filter(AnswerLibraryFilter, filters)
-        _check_page_size(page_size)
+        check_page_size(page_size)
 
         async def fetch(cursor: str | None) -> Page[AnswerLibraryEntry]:
             return await self.list_answer_library_page(flt, page_size, cursor)
@@ -259,7 +259,7 @@ class ComplianceClient:
         page_size: int = MAX_PAGE_SIZE,
     ) -> AsyncIterator[Page[EventLogEntry]]:
         """Every page from ``page_cursor`` (or the start) in order, one in memory at a time."""
-        _check_page_size(page_size)
+        check_page_size(page_size)
         if start_date is not None:
             _iso(start_date, "start_date")
 
@@ -511,16 +511,17 @@ def _headers(token: AccessToken, has_body: bool) -> dict[str, str]:
     return headers
 
 
-def _check_page_size(page_size: int) -> int:
+def check_page_size(page_size: int, parameter: str = "page_size") -> int:
+    """The API takes 1 to 100 items per page (spec §4, pagination)."""
     if isinstance(page_size, bool) or not isinstance(page_size, int):
-        raise InputError("page_size", page_size, "must be an integer from 1 to 100")
+        raise InputError(parameter, page_size, f"must be an integer from 1 to {MAX_PAGE_SIZE}")
     if not 1 <= page_size <= MAX_PAGE_SIZE:
-        raise InputError("page_size", page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
+        raise InputError(parameter, page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
     return page_size
 
 
 def _page_params(page_size: int, page_cursor: str | None) -> list[tuple[str, str]]:
-    params = [("pageSize", str(_check_page_size(page_size)))]
+    params = [("pageSize", str(check_page_size(page_size)))]
     if page_cursor is not None:
         params.append(("pageCursor", _required("page_cursor", page_cursor)))
     return params

@@ -24,7 +24,7 @@ assert TOKEN_RATE_LIMIT_SLOTS + 60 * TOKEN_RATE_LIMIT_DECAY_PER_SECOND <= 5
 
 def token_rate_limit_name() -> str:
     """The limit's name, from COMPLIANCE_TOKEN_RATE_LIMIT_NAME without needing credentials."""
-    default = Settings.model_fields["token_rate_limit_name"].default
+    default = str(Settings.model_fields["token_rate_limit_name"].default)
     return os.environ.get("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", default)
 
 

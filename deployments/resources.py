@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
@@ -107,7 +108,7 @@ async def ensure_project_dir_variable(project_dir: Path = PROJECT_DIR) -> str:
     Kept if it names a directory that exists here (an operator may point it elsewhere);
     replaced if it names none, e.g. after the checkout moved.
     """
-    current = await Variable.aget(PROJECT_DIR_VARIABLE, default=None)
+    current: Any = await Variable.aget(PROJECT_DIR_VARIABLE, default=None)
     if _is_directory(current):
         note = "" if Path(current) == project_dir else f" (this checkout is {project_dir})"
         return f"kept variable {PROJECT_DIR_VARIABLE}={current}{note}"
@@ -121,7 +122,7 @@ async def ensure_default_variables() -> str:
     created: list[str] = []
     kept: list[str] = []
     for default in variable_defaults():
-        current = await Variable.aget(default.name, default=None)
+        current: Any = await Variable.aget(default.name, default=None)
         if current is None:
             await Variable.aset(default.name, default.value)
             created.append(f"{default.name}={default.value}")

@@ -3,7 +3,7 @@
 Starts the sandbox, a Prefect server (SQLite), runs bootstrap and ``prefect deploy --all``,
 starts a worker, prints where everything is, and on Ctrl-C (or SIGTERM) stops all of it,
 flow runs included. ``--no-sandbox`` runs against the service your COMPLIANCE_* variables
-describe instead (see /work/notes/README-operations.md).
+describe instead (see docs/operators.md).
 """
 
 from __future__ import annotations

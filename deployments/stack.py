@@ -10,12 +10,11 @@ to every flow run it starts; nothing secret is written to the Prefect database.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -420,9 +419,3 @@ def _http_ok(url: str) -> bool:
         return httpx.get(url, timeout=2.0).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-@contextlib.contextmanager
-def local_stack(options: StackOptions | None = None) -> Iterator[LocalStack]:
-    with LocalStack(options) as stack:
-        yield stack

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 from prefect import flow
+from prefect.client.schemas.objects import State
 from pydantic import Field, field_validator
 
 from compliance_api.client import ComplianceClient
@@ -295,7 +296,7 @@ async def update_account_tags(
     input_file: str | None = None,
     dry_run: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
-) -> RunSummary:
+) -> RunSummary | State[Any]:
     """Set tags per category (and optionally name, email domain, custom fields) on accounts.
 
     ``accounts`` is a list of ``{"account_id", "tags": {category_id: [tag_id, ...]}, "name"?,
@@ -305,6 +306,4 @@ async def update_account_tags(
     (an empty list removes them all); categories not named are left as they are.
     """
     parsed = read_account_items(accounts, input_file)
-    return await run_write_job(  # type: ignore[return-value]
-        AccountTags(), parsed, dry_run=dry_run, concurrency=concurrency
-    )
+    return await run_write_job(AccountTags(), parsed, dry_run=dry_run, concurrency=concurrency)

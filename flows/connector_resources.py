@@ -22,7 +22,6 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.events import Event
-from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from compliance_api.errors import InputError
@@ -48,6 +47,7 @@ from read_reports.tables import (
 )
 from runtime.connection import compliance_client
 from runtime.events import EventSink
+from runtime.task_inputs import unwalked
 from tasks.connector_resources import read_package_vulnerabilities, read_security_training
 from tasks.events import send_events
 
@@ -135,7 +135,7 @@ async def package_vulnerability_digest(
     sent = 0
     if events:
         async with EventSink() as sink:
-            sent = await send_events(sink, quote(events))
+            sent = await send_events(sink, unwalked(events))
     await _publish_vulnerabilities(resource_id, digest, action_required, action_floor)
     get_run_logger().info(
         "%s findings for %s; %s need action (%s events sent)",
@@ -228,7 +228,7 @@ async def security_training_report(
         ]
         if events:
             async with EventSink() as sink:
-                sent = await send_events(sink, quote(events))
+                sent = await send_events(sink, unwalked(events))
     await _publish_training(resource_id, digest, top_n)
     summary = digest.summary()
     get_run_logger().info(

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from prefect import flow
+from prefect.client.schemas.objects import State
 from pydantic import Field, field_validator
 
 from compliance_api.client import ComplianceClient
@@ -214,7 +215,7 @@ async def attach_document_links(
     unconfirmed_links: UnconfirmedLinks = "report",
     dry_run: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
-) -> RunSummary:
+) -> RunSummary | State[Any]:
     """Attach links to documents from a manifest, never attaching the same link twice.
 
     ``links`` is a list of ``{"document_id", "url", "title", "description"?,
@@ -225,6 +226,4 @@ async def attach_document_links(
     """
     parsed = read_link_items(links, input_file)
     with document_links_job(unconfirmed_links) as job:
-        return await run_write_job(  # type: ignore[return-value]
-            job, parsed, dry_run=dry_run, concurrency=concurrency
-        )
+        return await run_write_job(job, parsed, dry_run=dry_run, concurrency=concurrency)

@@ -24,22 +24,22 @@ from collections import Counter
 from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger
-from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore, exclusive_run
 from audit_log.events import audit_event
 from audit_log.reading import iter_new_pages
+from compliance_api.client import check_page_size
 from compliance_api.errors import InputError
 from read_reports.filters import (
     check_max_pages,
     check_non_negative,
-    check_page_size,
     parse_timestamp,
 )
 from runtime.connection import compliance_client
 from runtime.events import EventSink
 from runtime.locks import LeaseLockTimeoutError
+from runtime.task_inputs import unwalked
 from tasks.event_logs import load_bridge_checkpoint, save_bridge_checkpoint
 from tasks.events import send_events
 
@@ -134,7 +134,7 @@ async def _bridge(
         ):
             events = [audit_event(entry) for entry in page.new_entries]
             if events:
-                await send_events(sink, quote(events))
+                await send_events(sink, unwalked(events))
             await save_bridge_checkpoint(store, page.checkpoint)
             checkpoint = page.checkpoint
             result.emitted += len(events)

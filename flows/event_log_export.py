@@ -22,22 +22,22 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 from prefect import flow, get_run_logger
-from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from audit_log.checkpoints import EventLogCheckpoint, exclusive_run
 from audit_log.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
 from audit_log.reading import iter_new_pages
+from compliance_api.client import check_page_size
 from compliance_api.errors import InputError
 from read_reports.filters import (
     check_max_pages,
     check_non_negative,
-    check_page_size,
     parse_timestamp,
 )
 from read_reports.tables import markdown_table, publish_markdown
 from runtime.connection import compliance_client
 from runtime.locks import LeaseLockTimeoutError
+from runtime.task_inputs import unwalked
 from tasks.event_logs import write_export_page
 
 DEFAULT_LOCK = "compliance-event-log-export"
@@ -125,7 +125,7 @@ async def _export(
         ):
             before = dict(checkpoint.lines)
             checkpoint = await write_export_page(
-                export, checkpoint, quote(page.new_entries), page.checkpoint
+                export, checkpoint, unwalked(page.new_entries), page.checkpoint
             )
             touched.update(name for name, n in checkpoint.lines.items() if before.get(name) != n)
             result.written += len(page.new_entries)

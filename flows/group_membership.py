@@ -15,11 +15,12 @@ from typing import Any
 
 import anyio
 from prefect import flow
-from prefect.utilities.annotations import quote
+from prefect.client.schemas.objects import State
 
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateStatus
+from runtime.task_inputs import unwalked
 from tasks.groups import PersonAnswer, add_people_to_group
 from write_engine import collector
 from write_engine.inputs import (
@@ -89,7 +90,7 @@ class GroupMembership(WriteJob[GroupMembershipInput]):
                 await add_people_to_group(
                     client,
                     group_id,
-                    quote(person_ids),
+                    unwalked(person_ids),
                     chunk_label=f"{len(person_ids)}-people",
                     call_slots=self._call_slots,
                 )
@@ -182,7 +183,7 @@ async def add_people_to_groups(
     input_file: str | None = None,
     dry_run: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
-) -> RunSummary:
+) -> RunSummary | State[Any]:
     """Add people to one or more groups, 100 people per call.
 
     Give ``group_ids`` plus ``person_ids`` inline, or a CSV/JSON ``input_file`` of people (with
@@ -192,6 +193,4 @@ async def add_people_to_groups(
     """
     with collector.paused():
         parsed = read_membership_items(group_ids, person_ids, input_file)
-    return await run_write_job(  # type: ignore[return-value]
-        GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency
-    )
+    return await run_write_job(GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency)

@@ -22,10 +22,9 @@ from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.events import Event
-from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
-from compliance_api.client import ComplianceClient
+from compliance_api.client import ComplianceClient, check_page_size
 from compliance_api.errors import InputError
 from compliance_api.models import (
     Page,
@@ -34,7 +33,6 @@ from read_reports.events import kb_item_event
 from read_reports.filters import (
     ListFilters,
     check_non_negative,
-    check_page_size,
     check_positive_int,
     parse_timestamp,
 )
@@ -42,6 +40,7 @@ from read_reports.freshness import FreshnessRules, FreshnessTally, Reason, as_it
 from read_reports.tables import markdown_table, publish_markdown, publish_table, shown_note
 from runtime.connection import compliance_client
 from runtime.events import EventSink
+from runtime.task_inputs import unwalked
 from tasks.events import send_events
 from tasks.knowledge_base import read_answers_page, read_resources_page
 
@@ -140,7 +139,7 @@ async def scan_source(
                 if reason in reasons and sink is not None:
                     events.append(kb_item_event(item, reason, params.rules))
         if events and sink is not None:
-            sent += await send_events(sink, quote(events))
+            sent += await send_events(sink, unwalked(events))
         cursor = page.page_info.end_cursor
         if not page.page_info.has_next_page or not cursor:
             return pages, sent

@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from prefect import flow
+from prefect.client.schemas.objects import State
 from pydantic import BaseModel
 
 from compliance_api.client import ComplianceClient
@@ -141,7 +143,7 @@ async def promote_discovered_vendors(
     input_file: str | None = None,
     dry_run: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
-) -> VendorPromotionSummary:
+) -> RunSummary | State[Any]:
     """Promote discovered vendors to managed vendors.
 
     Give the ids inline (``discovered_vendor_ids``) or a CSV/JSON file (``input_file``). Every
@@ -150,6 +152,4 @@ async def promote_discovered_vendors(
     Failed (red) if any vendor failed; rerun just those with ``rerun_failed_items``.
     """
     parsed = read_vendor_items(discovered_vendor_ids, input_file)
-    return await run_write_job(  # type: ignore[return-value]
-        VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency
-    )
+    return await run_write_job(VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency)

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Literal, Self
 
 from prefect import flow
+from prefect.client.schemas.objects import State
 from pydantic import field_validator, model_validator
 
 from compliance_api.client import ComplianceClient
@@ -315,7 +316,7 @@ async def route_questionnaires(
     input_file: str | None = None,
     dry_run: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
-) -> RunSummary:
+) -> RunSummary | State[Any]:
     """Assign, route through review statuses and approve questionnaires.
 
     ``route`` lists statuses to set in order (only IN_PROGRESS, IN_REVIEW, READY_FOR_REVIEW,
@@ -337,6 +338,6 @@ async def route_questionnaires(
         "approval_message": approval_message,
     }
     parsed = read_route_items(questionnaire_ids, input_file, defaults)
-    return await run_write_job(  # type: ignore[return-value]
+    return await run_write_job(
         QuestionnaireRouting(), parsed, dry_run=dry_run, concurrency=concurrency
     )

@@ -29,6 +29,7 @@ from typing import Any
 
 from prefect import flow
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import State
 from prefect.exceptions import ObjectNotFound
 from prefect.logging import get_run_logger
 
@@ -126,7 +127,7 @@ async def rerun_failed_items(
     dry_run: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
     retryable_only: bool = False,
-) -> RunSummary:
+) -> RunSummary | State[Any]:
     """Rerun exactly the failed items of an earlier run of any write flow (or of a rerun).
 
     ``attempt`` numbers this rerun (the original run is attempt 1); left empty, it is the
@@ -167,7 +168,7 @@ async def rerun_failed_items(
         )
     with factory(unconfirmed_links) as job:
         parsed = _parse_inputs(job, send)
-        return await run_write_job(  # type: ignore[return-value]
+        return await run_write_job(
             job,
             parsed,
             dry_run=dry_run,
@@ -229,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     except ComplianceError as error:
         print(f"Cannot rerun: {error}", file=sys.stderr)
         return 2
+    assert isinstance(summary, RunSummary)  # a Failed run raised ItemsFailed above
     print(f"Rerun finished: {summary.headline()}")
     return 0
 

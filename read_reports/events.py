@@ -1,6 +1,6 @@
 """Events the read reports emit for items someone has to act on.
 
-Names and shapes are documented in notes/README-readflows.md; automations key on them:
+Names and shapes are documented in docs/read-flows.md; automations key on them:
 
 * ``compliance.knowledge_base.expiring_soon`` / ``compliance.knowledge_base.expired``: resource
   = the item, related = its owner (role ``owner``);

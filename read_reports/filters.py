@@ -14,7 +14,6 @@ from typing import Any
 
 from compliance_api.errors import InputError
 from compliance_api.models import (
-    MAX_PAGE_SIZE,
     AnswerLibraryFilter,
     KnowledgeBaseFilter,
     KnowledgeBaseResourceType,
@@ -105,13 +104,6 @@ def _split_tag(parameter: str, item: object) -> tuple[str, str]:
 
 def _non_blank_str(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
-
-
-def check_page_size(value: int, parameter: str = "page_size") -> int:
-    """The API takes 1 to 100 items per page (spec §4, pagination)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PAGE_SIZE:
-        raise InputError(parameter, value, f"must be an integer from 1 to {MAX_PAGE_SIZE}")
-    return value
 
 
 def check_max_pages(value: int | None) -> int | None:

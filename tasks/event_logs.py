@@ -48,15 +48,11 @@ async def read_event_log_page(
                 "The service rejected the stored cursor (%s); resuming from startDate=%s and "
                 "skipping entries already handled",
                 exc.message,
-                _iso(checkpoint.resume_date()),
+                checkpoint.resume_date(),
             )
     start = checkpoint.resume_date()
     page = await client.list_event_logs_page(start_date=start, page_size=page_size)
     return FetchedPage(page, start, by_cursor=False)
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
 
 
 @task(name="Save the bridge checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
@@ -80,8 +76,8 @@ async def write_export_page(
 ) -> ExportCheckpoint:
     """Append and fsync, then commit the checkpoint: the order that makes it exactly once.
 
-    The caller passes ``quote(entries)``: walking a page's 100 entries field by field to resolve
-    and record the task's inputs was half of the export's CPU time.
+    The caller passes ``unwalked(entries)`` (``runtime/task_inputs.py``), so Prefect does not
+    walk a page's 100 entries field by field before the task starts.
     """
     return await asyncio.to_thread(_write_and_commit, export, checkpoint, entries, log_checkpoint)
 

@@ -13,8 +13,8 @@ from runtime.events import EventSink
 async def send_events(sink: EventSink, events: list[Event]) -> int:
     """Retrying is safe: event ids are deterministic and the server keeps each id once.
 
-    Callers pass ``quote(events)``: Prefect otherwise walks every field of every event of a
-    page (twice, to resolve and to record the task's inputs) before the task starts.
+    Callers pass ``unwalked(events)`` (``runtime/task_inputs.py``), so Prefect does not walk
+    every field of every event of a page before the task starts.
     """
     await sink.send(events)
     return len(events)

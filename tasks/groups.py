@@ -51,7 +51,7 @@ async def add_people_to_group(
     Per-person failures come back as ERROR answers, not as an exception. The answers are plain
     tuples, in request order, in one :class:`ChunkAnswers`: a bulk run makes hundreds of these
     task runs, and Prefect inspects every argument and return value. Callers pass
-    ``quote(person_ids)`` for the same reason.
+    ``unwalked(person_ids)`` for the same reason.
 
     ``call_slots`` caps the calls in flight across task runs and is held around the call only,
     so Prefect's bookkeeping of this run (and any retry wait) does not keep a call slot busy.

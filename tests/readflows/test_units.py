@@ -11,10 +11,11 @@ import pytest
 from audit_log.checkpoints import MAX_BOUNDARY_IDS, EventLogCheckpoint
 from audit_log.events import audit_event, event_name, resource_kind
 from audit_log.jsonl_export import DayFileExport, ExportCheckpoint
+from compliance_api.client import check_page_size
 from compliance_api.errors import InputError
 from compliance_api.models import EventLogEntry, KnowledgeBaseResource, PackageVulnerability
 from read_reports.connector_digests import VulnerabilityDigest, severity_band
-from read_reports.filters import ListFilters, check_page_size, parse_tags, parse_timestamp
+from read_reports.filters import ListFilters, parse_tags, parse_timestamp
 from read_reports.freshness import FreshnessRules, FreshnessTally, Reason, as_item
 from read_reports.tables import BoundedTop
 
