@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
+
 _HOME = tempfile.mkdtemp(prefix="compliance-flows-tests-")
 os.environ["PREFECT_HOME"] = os.path.join(_HOME, "prefect")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
@@ -19,8 +21,18 @@ for _name in list(os.environ):
     if _name.startswith("COMPLIANCE_") and _name != "COMPLIANCE_STATE_DIR":
         del os.environ[_name]
 
+#: tests that must run after every other test of the session (they scan what the others left)
+RUN_LAST = ("tests/secrets/",)
+
 pytest_plugins = [
     "tests.fixtures.prefect",
     "tests.fixtures.sandbox",
     "tests.fixtures.flows",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the secret scan to the end of the run, whatever the order of the folders."""
+    last = [item for item in items if item.nodeid.startswith(RUN_LAST)]
+    if last:
+        items[:] = [item for item in items if item not in last] + last

@@ -24,7 +24,7 @@ import pytest
 from flows.document_links import attach_document_links
 from flows.group_membership import add_people_to_groups
 from sandbox.runner import SandboxHandle
-from tests.chaos.conftest import (
+from tests.fixtures.chaos import (
     ADD_PEOPLE,
     CREATE_LINK,
     child_env,

@@ -15,7 +15,7 @@ from flows.group_membership import add_people_to_groups
 from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tests.chaos.conftest import (
+from tests.fixtures.chaos import (
     ADD_PEOPLE,
     CREATE_LINK,
     group_adds,

@@ -20,8 +20,8 @@ import pytest
 
 from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
 from sandbox.control import SandboxControl
-from tests.chaos.conftest import ADD_PEOPLE, slow
-from tests.deployments.test_e2e import (
+from tests.fixtures.chaos import ADD_PEOPLE, slow
+from tests.fixtures.stack import (
     assert_no_secret_in_prefect_database,
     eventually,
     run_deployment,

@@ -9,19 +9,25 @@ is set up before the one bridge run, so their flow runs overlap instead of queue
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, TypeVar
 
-import psutil
 import pytest
 
 from deployments.resources import RERUN_DELAY_VARIABLE, RERUN_MAX_ATTEMPTS_VARIABLE
-from deployments.stack import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, LocalStack, StackOptions
+from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
 from sandbox.control import SandboxControl
+from tests.fixtures.stack import (
+    assert_no_secret_in_prefect_database,
+    assert_stop_leaves_no_process,
+    eventually,
+    final,
+    finished,
+    flow_runs,
+    run_deployment,
+)
 
 pytestmark = pytest.mark.timeout(480)
 
@@ -54,49 +60,6 @@ def control(stack: LocalStack) -> Iterator[SandboxControl]:
     client = SandboxControl(stack.sandbox_url)
     yield client
     client.close()
-
-
-# ------------------------------------------------------------------------------- API helpers
-def eventually(what: str, probe: Callable[[], T | None], timeout: float = 180.0) -> T:
-    """Poll until ``probe`` returns something truthy; the timeout only bounds a hung test."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
-def deployment_id(stack: LocalStack, name: str) -> str:
-    return str(stack.request("GET", f"/deployments/name/{name}").json()["id"])
-
-
-def run_deployment(stack: LocalStack, name: str, parameters: dict[str, Any]) -> str:
-    path = f"/deployments/{deployment_id(stack, name)}/create_flow_run"
-    return str(stack.request("POST", path, {"parameters": parameters}).json()["id"])
-
-
-def flow_runs(stack: LocalStack, name: str) -> list[dict[str, Any]]:
-    query = {"flow_runs": {"deployment_id": {"any_": [deployment_id(stack, name)]}}}
-    return list(stack.request("POST", "/flow_runs/filter", query).json())
-
-
-def state_of(stack: LocalStack, flow_run_id: str) -> dict[str, Any]:
-    return dict(stack.request("GET", f"/flow_runs/{flow_run_id}").json()["state"])
-
-
-def finished(stack: LocalStack, flow_run_id: str) -> dict[str, Any] | None:
-    """The run's state once it is final, else None."""
-    state = state_of(stack, flow_run_id)
-    return state if state["type"] in {"COMPLETED", "FAILED", "CRASHED"} else None
-
-
-def final(runs: list[dict[str, Any]]) -> bool:
-    return bool(runs) and all(
-        run["state"]["type"] in {"COMPLETED", "FAILED", "CRASHED"} for run in runs
-    )
 
 
 def emit_failed_items_event(stack: LocalStack, run_id: str, attempt: int) -> None:
@@ -211,20 +174,3 @@ def test_audit_log_events_drive_deployments_end_to_end(
 
     assert_no_secret_in_prefect_database(stack)
     assert_stop_leaves_no_process(stack)
-
-
-def assert_no_secret_in_prefect_database(stack: LocalStack) -> None:
-    key = (stack.state_dir / "token-encryption.key").read_text().strip()
-    files = [p for p in stack.database_path.parent.glob("prefect.db*") if p.is_file()]
-    assert files
-    for path in files:
-        content = Path(path).read_bytes()
-        assert DEMO_CLIENT_SECRET.encode() not in content, path
-        assert key.encode() not in content, path
-
-
-def assert_stop_leaves_no_process(stack: LocalStack) -> None:
-    processes = [process for child in stack.children for process in child.tree()]
-    assert len(processes) >= 3
-    stack.stop()
-    assert not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 from prefect.cli.deploy._triggers import DeploymentTriggerAdapter
 from prefect.flows import Flow, load_flow_from_entrypoint
 from prefect.server.events.actions import RunDeployment
@@ -30,10 +29,9 @@ from prefect.utilities.templating import apply_values
 from deployments.processes import ChildProcess
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.stack import encryption_key
+from tests.fixtures.prefect_yaml import CONFIG, DEPLOYMENTS
 from write_engine.reporting import RETRYABLE_LABEL
 
-CONFIG = yaml.safe_load((PROJECT_DIR / "prefect.yaml").read_text())
-DEPLOYMENTS = CONFIG["deployments"]
 WRITE_FLOWS = {
     "promote_discovered_vendors",
     "add_people_to_groups",

@@ -15,7 +15,7 @@ from deployments.unresponsive_runs import (
     ensure_unresponsive_run_detection,
     grace_seconds,
 )
-from tests.deployments.test_prefect_yaml import DEPLOYMENTS
+from tests.fixtures.prefect_yaml import DEPLOYMENTS
 
 
 def test_every_deployment_sends_heartbeats_the_automation_expects() -> None:

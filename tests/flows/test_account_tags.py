@@ -10,7 +10,8 @@ from compliance_api.errors import InputError
 from flows.account_tags import update_account_tags
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tests.flows.conftest import api_calls, run_flow, run_id, write_calls
+from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.runs import api_calls, write_calls
 from write_engine.outcomes import Outcome
 
 PATCH = "PATCH /v1/customer-trust/accounts/{accountId}"

@@ -11,7 +11,8 @@ from compliance_api.errors import InputError
 from flows.document_links import attach_document_links
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tests.flows.conftest import api_calls, run_flow, run_id
+from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.runs import api_calls
 from write_engine.outcomes import Outcome
 
 ROUTE = "POST /v1/documents/{documentId}/links"

@@ -12,7 +12,8 @@ from flows.group_membership import add_people_to_groups
 from flows.rerun import rerun_failed_items
 from runtime.connection import forget_brokers
 from sandbox.runner import SandboxHandle, run_sandbox_in_thread
-from tests.flows.conftest import api_calls, results_table, run_flow, run_id
+from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.runs import api_calls, results_table
 from write_engine.outcomes import Outcome
 
 ROUTE = "POST /v1/groups/{groupId}/add-people"

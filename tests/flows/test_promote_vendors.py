@@ -10,7 +10,8 @@ from compliance_api.errors import InputError
 from flows.promote_vendors import VendorPromotionSummary, promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tests.flows.conftest import api_calls, results_table, run_flow, run_id
+from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.runs import api_calls, results_table
 from write_engine.outcomes import Outcome
 
 ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"

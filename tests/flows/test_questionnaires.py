@@ -11,7 +11,8 @@ from flows.questionnaires import route_questionnaires
 from flows.rerun import rerun_failed_items
 from runtime.connection import forget_brokers
 from sandbox.runner import SandboxHandle
-from tests.flows.conftest import api_calls, results_table, run_flow, run_id
+from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.runs import api_calls, results_table
 from write_engine.outcomes import Outcome
 
 PATCH = "PATCH /v1/customer-trust/questionnaires/{questionnaireId}"

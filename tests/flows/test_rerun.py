@@ -13,7 +13,8 @@ from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from runtime.connection import shared_broker
 from sandbox.runner import SandboxHandle
-from tests.flows.conftest import artifacts_of, results_table, run_flow, run_id
+from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.runs import artifacts_of, results_table
 from write_engine import reporting
 
 ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"

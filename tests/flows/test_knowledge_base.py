@@ -18,7 +18,7 @@ from read_reports.events import KB_EXPIRED, KB_EXPIRING_SOON
 from runtime.connection import compliance_client
 from runtime.events import deterministic_event_id
 from sandbox.runner import SandboxHandle
-from tests.readflows.conftest import calls, no_calls, read_events
+from tests.fixtures.runs import calls, no_calls, read_events
 
 pytestmark = pytest.mark.usefixtures("reads_env")
 

@@ -12,7 +12,7 @@ from flows.connector_resources import package_vulnerability_digest, security_tra
 from read_reports.events import TRAINING_OVERDUE, VULNERABILITY_ACTION
 from runtime.events import deterministic_event_id
 from sandbox.runner import SandboxHandle
-from tests.readflows.conftest import calls, no_calls, read_events
+from tests.fixtures.runs import calls, no_calls, read_events
 
 pytestmark = pytest.mark.usefixtures("reads_env")
 

@@ -16,7 +16,7 @@ from flows import event_bridge
 from flows.event_bridge import bridge_event_log
 from runtime.events import EventSink
 from sandbox.runner import SandboxHandle
-from tests.readflows.conftest import calls, no_calls, read_events, unique_name
+from tests.fixtures.runs import calls, no_calls, read_events, unique_name
 
 pytestmark = pytest.mark.usefixtures("reads_env")
 

@@ -13,7 +13,7 @@ from audit_log.jsonl_export import CHECKPOINT_FILE, DayFileExport
 from compliance_api.errors import InputError
 from flows.event_log_export import export_event_log
 from sandbox.runner import SandboxHandle
-from tests.readflows.conftest import calls, no_calls
+from tests.fixtures.runs import calls, no_calls
 
 pytestmark = pytest.mark.usefixtures("reads_env")
 

@@ -1,6 +1,6 @@
 """Secret scan: after the suites, no client secret, access token or refresh token anywhere.
 
-This module sorts last (``tests/zz_secret_scan/``), so in a full run it sees what every test
+A collection hook (``tests/conftest.py``) runs it last, so in a full run it sees what every test
 left behind in this session: the Prefect database (logs, events, artifacts, flow-run
 parameters and state messages, variables, block documents - read from the file and through the
 API), PREFECT_HOME (local result storage, profiles), every test's state directory (token stores,
