@@ -1,7 +1,7 @@
 """How this project runs the Prefect servers it starts (make serve, make demo, make bench).
 
-Operators who run their own ``prefect server start`` should set the same variables; the README's
-"Scaling out" section says why.
+Operators who run their own ``prefect server start`` should set the same variables
+(docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import os
 from collections.abc import MutableMapping
 
 #: The task-run recorder (the server service that turns task-run state events into the rows the
-#: UI shows) writes each event in its own transaction by default: a bulk run's 3,000 events cost
-#: the server ~30 s of CPU and hold SQLite's write lock against every other write for that long
-#: (other writes get 503s and wait out client retries). In batches of up to 200, flushed every
-#: second, the server keeps up with the run, and the UI is at most a second behind.
+#: UI shows) writes each event in its own transaction by default, which under a bulk run holds
+#: SQLite's write lock against every other write (they get 503s and wait out client retries).
+#: In batches of up to 200, flushed every second, the server keeps up with the run, and the UI
+#: is at most a second behind (docs/performance.md).
 TASK_RUN_RECORDER_BATCHING = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "200",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",

@@ -5,9 +5,8 @@ counting frees almost everything, and the few cycles Prefect leaves behind are s
 collector does cost is scanning: a bulk run holds 100,000 validated items and their results for
 its whole length, and with the default thresholds the youngest generation is collected every
 700 container allocations, which a chunk's task run (states, events, contexts) passes many times.
-Measured on the add-people benchmark (100,000 ids): 830 young collections, 75 middle and 6 full
-ones per run, and a marginal cost ratio of 1.19-1.22 against the plain script; with the settings
-below, 1.08-1.12 on an idle machine (README, Performance).
+Collecting the young generation far less often, with the input frozen, removes most of that cost
+(docs/performance.md; numbers in bench/RESULTS.md).
 
 Thresholds and the frozen set are process-wide, and a process may run several flows at once (a
 test session, a ``serve`` process with threads): the settings are reference-counted, so the
@@ -22,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 #: container allocations between two collections of the youngest generation during a bulk run
-#: (Python's default is 700); 20,000 and 100,000 measured the same, 700 clearly slower
+#: (Python's default is 700; see docs/performance.md for how it was chosen)
 BULK_RUN_THRESHOLD = 20_000
 
 _lock = threading.Lock()
