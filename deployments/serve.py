@@ -1,7 +1,8 @@
 """``make serve`` (``python -m deployments.serve``): the whole system on this machine until Ctrl-C.
 
-Starts the sandbox, a Prefect server (SQLite), runs bootstrap and ``prefect deploy --all``,
-starts a worker, prints where everything is, and on Ctrl-C (or SIGTERM) stops all of it,
+Starts the sandbox, a Prefect server (SQLite, or PostgreSQL with ``--database-url``), runs
+bootstrap and ``prefect deploy --all``, starts one worker (or ``--workers N``, each standing for
+a machine of its own), prints where everything is, and on Ctrl-C (or SIGTERM) stops all of it,
 flow runs included. ``--no-sandbox`` runs against the service your COMPLIANCE_* variables
 describe instead (see docs/operators.md).
 """
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from deployments.database import DatabaseError
 from deployments.resources import WORK_POOL_NAME
 from deployments.stack import (
     DEFAULT_PREFECT_PORT,
@@ -46,19 +48,36 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         action="store_true",
         help="use the service configured by COMPLIANCE_* variables instead of the sandbox",
     )
+    parser.add_argument(
+        "--database-url",
+        help="the Prefect server's database: postgresql+asyncpg://USER@HOST:PORT/DB "
+        "(created with pg_trgm if missing; default: SQLite in the state dir)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="workers to start; more than one: each has its own state dir and the token is "
+        "kept on the Prefect server, as on separate machines (default: 1)",
+    )
     parser.add_argument("--poll-seconds", type=float, default=5.0, help="worker poll interval")
     parser.add_argument(
         "--quiet-worker", action="store_true", help="worker output to the log file only"
     )
     args = parser.parse_args(argv)
-    return StackOptions(
-        state_dir=args.state_dir,
-        prefect_port=args.prefect_port,
-        sandbox_port=args.sandbox_port,
-        use_sandbox=not args.no_sandbox,
-        worker_poll_seconds=args.poll_seconds,
-        worker_output_to_terminal=not args.quiet_worker,
-    )
+    try:
+        return StackOptions(
+            state_dir=args.state_dir,
+            prefect_port=args.prefect_port,
+            sandbox_port=args.sandbox_port,
+            use_sandbox=not args.no_sandbox,
+            worker_poll_seconds=args.poll_seconds,
+            worker_output_to_terminal=not args.quiet_worker and args.workers == 1,
+            database_url=args.database_url,
+            workers=args.workers,
+        )
+    except (ValueError, DatabaseError) as error:
+        parser.error(str(error))
 
 
 def banner(stack: LocalStack, seconds: float) -> str:
@@ -70,13 +89,15 @@ def banner(stack: LocalStack, seconds: float) -> str:
         + ")",
         f"  Prefect UI:    {stack.ui_url}",
         f"  Prefect API:   {stack.api_url}",
+        f"  Database:      {stack.database_label}",
     ]
     if stack.options.use_sandbox:
         lines.append(f"  Sandbox:       {stack.sandbox_url}  (gov tier {stack.sandbox_gov_url})")
     else:
         lines.append("  Service:       from your COMPLIANCE_* settings")
     lines += [
-        f"  Deployments:   {deployments} on work pool {WORK_POOL_NAME!r}, one worker",
+        f"  Deployments:   {deployments} on work pool {WORK_POOL_NAME!r}, "
+        f"workers: {', '.join(stack.worker_names())}",
         f"  State, logs:   {stack.state_dir}  (logs/ has each process's output)",
         "",
         "  Use the CLI against this server:",
@@ -112,7 +133,7 @@ def serve(options: StackOptions) -> int:
     except (KeyboardInterrupt, Stop):
         print("\nStopping the worker, the Prefect server and the sandbox ...", flush=True)
         return 0
-    except (RuntimeError, TimeoutError) as error:
+    except (RuntimeError, TimeoutError, DatabaseError) as error:
         print(f"Could not start the stack: {error}", file=sys.stderr, flush=True)
         return 1
     finally:

@@ -20,9 +20,28 @@ TASK_RUN_RECORDER_BATCHING = {
 }
 
 
+#: Concurrency-slot leases (the project's locks, deployment concurrency limits) are kept in
+#: memory by default: a restarted server forgets them while their slots stay taken, so a lock
+#: would stay held for ever. On disk (in the server's PREFECT_HOME) they survive a restart and
+#: the repossessor frees the expired ones. Several server replicas share Redis instead
+#: (docs/scaling.md).
+LEASE_STORAGE = {
+    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": (
+        "prefect.server.concurrency.lease_storage.filesystem"
+    ),
+}
+
+#: A waiter for a taken slot asks again after about the limit's average hold time, capped at
+#: this many seconds (Prefect's default cap is 30): the token lock is held for a fraction of a
+#: second, and a waiter should not sleep through many such holds.
+SLOT_WAIT = {"PREFECT_SERVER_CONCURRENCY_MAXIMUM_CONCURRENCY_SLOT_WAIT_SECONDS": "1"}
+
+SERVER_SETTINGS = TASK_RUN_RECORDER_BATCHING | LEASE_STORAGE | SLOT_WAIT
+
+
 def apply_server_settings(env: MutableMapping[str, str] | None = None) -> None:
     """Add the project's server settings to ``env`` (default: this process's environment, read
     by a server it starts), leaving any value the operator set alone."""
     target = os.environ if env is None else env
-    for name, value in TASK_RUN_RECORDER_BATCHING.items():
+    for name, value in SERVER_SETTINGS.items():
         target.setdefault(name, value)

@@ -1,8 +1,13 @@
-"""The local stack: sandbox, Prefect server (SQLite), bootstrap, deployments and a worker.
+"""The local stack: sandbox, Prefect server, bootstrap, deployments and one or more workers.
 
-``make serve`` runs it until Ctrl-C; the end-to-end test starts the same stack. Everything
+``make serve`` runs it until Ctrl-C; the end-to-end tests start the same stack. Everything
 lives in one state directory (default ``.compliance-flows/`` in the checkout): the Prefect
-database, the token store, the token encryption key (a 0600 file, never printed) and the logs.
+database (SQLite, unless ``database_url`` names a PostgreSQL database), the token store, the
+token encryption key (a 0600 file, never printed) and the logs.
+
+With ``workers`` > 1 each worker stands for a machine of its own: its own PREFECT_HOME and
+COMPLIANCE_STATE_DIR (no file is shared), and the token kept on the Prefect server
+(``COMPLIANCE_TOKEN_STORE=prefect``), so the workers share nothing but the Prefect API.
 
 Secrets reach flow runs only through the worker's environment, which the process worker hands
 to every flow run it starts; nothing secret is written to the Prefect database.
@@ -24,9 +29,10 @@ import httpx
 from cryptography.fernet import Fernet
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from deployments.database import parse_database_url, redacted
+from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
-from deployments.server_settings import apply_server_settings
 from deployments.unresponsive_runs import GRACE_ENV
 
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
@@ -40,6 +46,11 @@ DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"  # noqa: S105 - the sandbox's
 
 KEY_FILE_NAME = "token-encryption.key"
 WORKER_NAME = "local-worker"
+
+#: API calls of workers and flow runs that the server answers 429/502/503 (a busy server) are
+#: retried this many times with Prefect's exponential backoff (its default is 5): a burst must
+#: make runs wait, not crash before they start.
+CLIENT_RETRY_ENV = {"PREFECT_CLIENT_MAX_RETRIES": "10"}
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
@@ -111,6 +122,18 @@ class StackOptions:
     #: COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS, else 90 s; deployments/unresponsive_runs.py)
     unresponsive_run_grace_seconds: int | None = None
     startup_timeout: float = 120.0
+    #: postgresql+asyncpg://USER@HOST:PORT/DB for the Prefect server; None: SQLite
+    database_url: str | None = None
+    #: workers, each standing for a machine of its own (see the module docstring)
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
+            raise ValueError(f"workers={self.workers!r}: must be a whole number from 1 to 16")
+        if not 1 <= self.workers <= 16:
+            raise ValueError(f"workers={self.workers!r}: must be a whole number from 1 to 16")
+        if self.database_url is not None:
+            parse_database_url(self.database_url)  # a clear error before anything starts
 
 
 class LocalStack:
@@ -125,6 +148,7 @@ class LocalStack:
         self.sandbox_port = 0
         self.sandbox_gov_port = 0
         self.children: list[ChildProcess] = []
+        self.server: PrefectServer | None = None
         self.timings: dict[str, float] = {}
         self.deploy_output = ""
         self.bootstrap_output = ""
@@ -148,7 +172,19 @@ class LocalStack:
 
     @property
     def database_path(self) -> Path:
+        """The SQLite database (unused when ``database_url`` is set)."""
         return self.state_dir / "prefect" / "prefect.db"
+
+    @property
+    def database_label(self) -> str:
+        if self.options.database_url is None:
+            return f"SQLite ({self.database_path})"
+        return f"PostgreSQL ({redacted(parse_database_url(self.options.database_url))})"
+
+    def worker_names(self) -> list[str]:
+        if self.options.workers == 1:
+            return [WORKER_NAME]
+        return [f"{WORKER_NAME}-{index}" for index in range(1, self.options.workers + 1)]
 
     # ----------------------------------------------------------------------------- environments
     def prefect_env(self) -> dict[str, str]:
@@ -187,9 +223,15 @@ class LocalStack:
             "COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance"),
         }
 
-    def worker_env(self) -> dict[str, str]:
-        env = self.prefect_env() | self.service_env()
+    def worker_env(self, name: str = WORKER_NAME) -> dict[str, str]:
+        """The environment of one worker and of every flow run it starts."""
+        env = self.prefect_env() | self.service_env() | CLIENT_RETRY_ENV
         env["PREFECT_WORKER_QUERY_SECONDS"] = f"{self.options.worker_poll_seconds:g}"
+        if self.options.workers > 1:
+            machine = self.state_dir / "workers" / name
+            env["PREFECT_HOME"] = str(machine / "prefect")
+            env["COMPLIANCE_STATE_DIR"] = str(machine / "compliance")
+            env["COMPLIANCE_TOKEN_STORE"] = "prefect"  # noqa: S105 - a store kind, not a secret
         env.update(self.options.worker_env)
         return env
 
@@ -203,9 +245,9 @@ class LocalStack:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             self._timed("sandbox + prefect server", self.start_servers)
             self._timed("bootstrap", self.bootstrap)
-            worker = self.launch_worker()
+            workers = [self.launch_worker(name) for name in self.worker_names()]
             self._timed("deploy", self.deploy)
-            self._timed("worker", lambda: self.wait_for_worker(worker))
+            self._timed("workers", lambda: self.wait_for_workers(workers))
         except BaseException:
             self.stop()
             raise
@@ -274,36 +316,27 @@ class LocalStack:
 
     def launch_prefect_server(self) -> Callable[[], None]:
         self.prefect_port = preferred_port(self.options.prefect_port)
-        env = self.prefect_env()
-        env["PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED"] = "true"
-        env["PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED"] = "true"
-        apply_server_settings(env)
-        env["PREFECT_UI_API_URL"] = self.api_url
-        child = ChildProcess(
-            "prefect server",
-            self._python(
-                "-m",
-                "prefect",
-                "server",
-                "start",
-                "--host",
-                HOST,
-                "--port",
-                str(self.prefect_port),
-                "--ui" if self.options.ui else "--no-ui",
-                "--analytics-off",
+        self.server = PrefectServer(
+            PrefectServerOptions(
+                port=self.prefect_port,
+                home=self.state_dir / "prefect",
+                database_url=self.options.database_url,
+                ui=self.options.ui,
+                log_path=self.logs_dir / "prefect-server.log",
+                startup_timeout=self.options.startup_timeout,
             ),
-            env=env,
-            cwd=PROJECT_DIR,
-            log_path=self.logs_dir / "prefect-server.log",
+            base_env=self.prefect_env(),
         )
-        self.children.append(child)
-        return lambda: wait_until(
-            "the Prefect server",
-            lambda: _http_ok(f"{self.api_url}/health"),
-            timeout=self.options.startup_timeout,
-            watch=[child],
-        )
+        self.children.append(self.server.launch())
+        return self.server.wait_ready
+
+    def restart_prefect_server(self) -> None:
+        """Stop the Prefect server and start it again on the same port and database."""
+        assert self.server is not None and self.server.child is not None
+        self.children.remove(self.server.child)
+        self.server.stop()
+        self.children.insert(0, self.server.launch())
+        self.server.wait_ready()
 
     def bootstrap(self) -> None:
         env = self.prefect_env()
@@ -332,10 +365,10 @@ class LocalStack:
             timeout=self.options.startup_timeout * 2,
         )
 
-    def launch_worker(self) -> ChildProcess:
-        log_path = None if self.options.worker_output_to_terminal else self.logs_dir / "worker.log"
+    def launch_worker(self, name: str = WORKER_NAME) -> ChildProcess:
+        log_path = None if self.options.worker_output_to_terminal else self.logs_dir / f"{name}.log"
         child = ChildProcess(
-            "worker",
+            name,
             self._python(
                 "-m",
                 "prefect",
@@ -344,30 +377,37 @@ class LocalStack:
                 "--pool",
                 WORK_POOL_NAME,
                 "--name",
-                WORKER_NAME,
+                name,
                 "--type",
                 "process",
             ),
-            env=self.worker_env(),
+            env=self.worker_env(name),
             cwd=PROJECT_DIR,
             log_path=log_path,
         )
         self.children.append(child)
         return child
 
-    def replace_worker(self) -> ChildProcess:
+    def workers(self) -> list[ChildProcess]:
+        return [child for child in self.children if child.name in self.worker_names()]
+
+    def replace_worker(self, name: str = WORKER_NAME) -> ChildProcess:
         """Start a new worker in place of one that died (as after a crash of its machine)."""
-        for old in [child for child in self.children if child.name == "worker"]:
+        for old in [child for child in self.children if child.name == name]:
             old.stop()  # whatever is left of it, and its log file
             self.children.remove(old)
-        worker = self.launch_worker()
+        worker = self.launch_worker(name)
         self.wait_for_worker(worker)
         return worker
 
+    def wait_for_workers(self, workers: list[ChildProcess]) -> None:
+        for worker in workers:
+            self.wait_for_worker(worker)
+
     def wait_for_worker(self, worker: ChildProcess) -> None:
         wait_until(
-            "the worker",
-            self.worker_online,
+            f"the worker {worker.name}",
+            lambda: self.worker_online(worker.name),
             timeout=self.options.startup_timeout,
             watch=[worker],
             interval=0.5,
@@ -391,14 +431,14 @@ class LocalStack:
         response.raise_for_status()
         return response
 
-    def worker_online(self) -> bool:
+    def worker_online(self, name: str = WORKER_NAME) -> bool:
         try:
             with self.api() as client:
                 response = client.post(f"/work_pools/{WORK_POOL_NAME}/workers/filter", json={})
         except httpx.HTTPError:
             return False
         return response.status_code == 200 and any(
-            worker.get("name") == WORKER_NAME and worker.get("status") == "ONLINE"
+            worker.get("name") == name and worker.get("status") == "ONLINE"
             for worker in response.json()
         )
 

@@ -28,6 +28,7 @@ pytest_plugins = [
     "tests.fixtures.prefect",
     "tests.fixtures.sandbox",
     "tests.fixtures.flows",
+    "tests.fixtures.postgres",
 ]
 
 
