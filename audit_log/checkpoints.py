@@ -6,16 +6,13 @@ that last timestamp (to skip them if the cursor ever has to be replaced by ``sta
 
 The bridge keeps its checkpoint in a Prefect Variable (any worker on any machine sees it); the
 export keeps it next to the files it describes (see ``audit_log/jsonl_export.py``). Runs of one
-reader are serialized with a Prefect Variable lease lock (``VariableLeaseLock``, a 30 s lease
-renewed while the run lives), so a crashed run blocks the next one for under 60 s. A global
-concurrency limit cannot promise that: Prefect requires leases of at least 60 s and reclaims
-expired ones only every 15 s.
+reader are serialized with a lock on the Prefect server (``runtime/locks.py``: a leased slot of
+a one-slot global concurrency limit), so a crashed run blocks the next one for at most about
+75 s; the deployments also have a concurrency limit of 1, so scheduled runs queue up.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -24,13 +21,12 @@ from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
 from compliance_api.models import EventLogEntry
-from runtime.locks import VariableLeaseLock
+from runtime.locks import hold_lock
 
 #: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
 MAX_BOUNDARY_IDS = 64
-#: the Prefect Variable that holds the run lock ``name`` is ``RUN_LOCK_PREFIX + name``
-RUN_LOCK_PREFIX = "compliance-run-lock-"
-_NOT_IN_VARIABLE_NAMES = re.compile(r"[^a-z0-9_-]+")
+#: the run lock ``name`` is the lock ``RUN_LOCK_PREFIX + name`` (``runtime/locks.py``)
+RUN_LOCK_PREFIX = "run-"
 
 
 class EventLogCheckpoint(BaseModel):
@@ -118,28 +114,11 @@ class VariableCheckpointStore:
         await Variable.aunset(self.name)
 
 
-def run_lock_variable(name: str) -> str:
-    """The Variable name for the run lock ``name`` (Prefect allows only ``[a-z0-9_-]``).
-
-    A name that had to be changed or shortened gets a hash of the original, so ``"A.b"`` and
-    ``"a-b"`` stay two locks.
-    """
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"a run lock needs a non-empty name, not {name!r}")
-    slug = _NOT_IN_VARIABLE_NAMES.sub("-", name.lower())
-    if slug != name or len(slug) > 200:
-        slug = f"{slug[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    return f"{RUN_LOCK_PREFIX}{slug}"
-
-
 @asynccontextmanager
 async def exclusive_run(name: str, wait_seconds: float) -> AsyncIterator[None]:
-    """Hold the run lock ``name`` for the body; ``LeaseLockTimeoutError`` (a ``TimeoutError``)
-    naming the holder if another run keeps it for ``wait_seconds``.
-
-    Nothing needs creating beforehand: the lock is the Variable's existence.
-    """
-    async with VariableLeaseLock().hold(
-        run_lock_variable(name), wait_seconds=wait_seconds, what=f"the run lock {name!r}"
+    """Hold the run lock ``name`` for the body; ``LockTimeoutError`` (a ``TimeoutError``) if
+    another run keeps it for ``wait_seconds``. Nothing needs creating beforehand."""
+    async with hold_lock(
+        RUN_LOCK_PREFIX + name, wait_seconds=wait_seconds, what=f"the run lock {name!r}"
     ):
         yield

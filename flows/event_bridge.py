@@ -2,9 +2,9 @@
 
 Runbook:
 
-1. Take the bridge's lock (a Prefect Variable lease lock, ``audit_log/checkpoints.py``): an
+1. Take the bridge's lock (a lock on the Prefect server, ``runtime/locks.py``): an
    overlapping scheduled run waits for the running one, then finds nothing new; it gives up
-   after ``lock_wait_seconds``. A killed run's lease runs out within 30 s.
+   after ``lock_wait_seconds``. A killed run's lease runs out within about 75 s.
 2. Load the checkpoint from its Prefect Variable (first run: ``start_date``, default "now", so a
    new bridge does not replay months of history into automations unless asked to).
 3. For each page of 100 entries after the checkpoint: build one event per entry (naming rule in
@@ -38,7 +38,7 @@ from read_reports.filters import (
 )
 from runtime.connection import compliance_client
 from runtime.events import EventSink
-from runtime.locks import LeaseLockTimeoutError
+from runtime.locks import LockTimeoutError
 from runtime.task_inputs import unwalked
 from tasks.event_logs import load_bridge_checkpoint, save_bridge_checkpoint
 from tasks.events import send_events
@@ -103,7 +103,7 @@ async def bridge_event_log(
                 max_pages,
                 reset_checkpoint,
             )
-    except LeaseLockTimeoutError as exc:
+    except LockTimeoutError as exc:
         reason = f"another run held {lock_name!r} for more than {lock_wait_seconds:g}s ({exc})"
         logger.warning("Skipped: %s; the next run continues from the checkpoint", reason)
         return BridgeResult(skipped=True, reason=reason)

@@ -3,9 +3,9 @@
 Runbook:
 
 1. Check the parameters; create ``output_dir`` if needed.
-2. Take the export's locks: a Prefect Variable lease lock (runs on any machine; a killed run's
-   lease runs out within 30 s) and a file lock in ``output_dir`` (runs on this machine), so two
-   runs never write the same files.
+2. Take the export's locks: a lock on the Prefect server (runs on any machine; a killed run's
+   lease runs out within about 75 s, ``runtime/locks.py``) and a file lock in ``output_dir``
+   (runs on this machine), so two runs never write the same files.
 3. Load ``checkpoint.json`` from ``output_dir`` (first run: ``start_date``, default: the whole
    log) and cut every day file back to the size the checkpoint committed: lines a crashed run
    wrote after its last checkpoint are removed, then read again.
@@ -36,7 +36,7 @@ from read_reports.filters import (
 )
 from read_reports.tables import markdown_table, publish_markdown
 from runtime.connection import compliance_client
-from runtime.locks import LeaseLockTimeoutError
+from runtime.locks import LockTimeoutError
 from runtime.task_inputs import unwalked
 from tasks.event_logs import write_export_page
 
@@ -92,7 +92,7 @@ async def export_event_log(
         async with exclusive_run(lock_name, lock_wait_seconds):
             with FileLock(str(directory / LOCK_FILE), timeout=lock_wait_seconds):
                 result = await _export(DayFileExport(directory), first_start, page_size, max_pages)
-    except (LeaseLockTimeoutError, Timeout) as exc:
+    except (LockTimeoutError, Timeout) as exc:
         reason = f"another export held the lock for more than {lock_wait_seconds:g}s ({exc})"
         logger.warning("Skipped: %s; the next run continues from the checkpoint", reason)
         return ExportResult(output_dir=str(directory), skipped=True, reason=reason)

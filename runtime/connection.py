@@ -10,7 +10,7 @@ Backend rule:
   file-based limiter shared by the processes of this machine;
 - store + lock: ``COMPLIANCE_TOKEN_STORE=local`` (default; encrypted files under
   ``COMPLIANCE_STATE_DIR`` and a ``flock`` lock) or ``prefect`` (encrypted Prefect Variables and
-  a variable lease lock; for workers on several machines).
+  a lock on the Prefect server, ``runtime/locks.py``; for workers on several machines).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from compliance_api.tokens.lock import TokenLock
 from compliance_api.tokens.store import TokenStore
 from runtime.token_backends import (
     PrefectRateLimiter,
-    PrefectVariableLock,
+    PrefectTokenLock,
     PrefectVariableTokenStore,
 )
 
@@ -63,7 +63,7 @@ def _limiter(settings: Settings) -> RateLimiter:
 
 def _store_and_lock(settings: Settings, kind: StoreKind) -> tuple[TokenStore, TokenLock]:
     if kind == "prefect":
-        return PrefectVariableTokenStore(), PrefectVariableLock()
+        return PrefectVariableTokenStore(), PrefectTokenLock()
     return local_store(settings), local_lock(settings)
 
 

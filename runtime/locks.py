@@ -1,124 +1,102 @@
-"""Mutual exclusion by name across machines, kept on the Prefect server (no Redis to run).
+"""Mutual exclusion by name across machines: a Prefect global concurrency limit of one slot.
 
-``VariableLeaseLock`` is a lease lock made of a Prefect Variable: creating a variable whose name
-exists fails with 409, so creation is an atomic test-and-set; the holder renews a short lease
-while it holds the lock, and a dead holder's lease is broken by the next waiter after it expires
-(deleting by id, so two waiters can never both break it). The token lock
-(``runtime/token_backends.py``) and the audit-log readers' run lock
-(``audit_log/checkpoints.py``) use it.
+The Prefect server does the bookkeeping, so the lock holds across workers that share nothing
+but the Prefect API:
+
+- a holder takes the slot with a lease of ``LEASE_SECONDS`` that its client renews in the
+  background; if renewal fails (the server freed the slot, or could not be reached for the
+  whole lease) the body is cancelled, so a holder never carries on without the lock;
+- a holder that dies stops renewing, and the server's repossessor frees the slot once the lease
+  has expired (it looks every 15 s): a crashed holder blocks others for at most about 75 s;
+- expiry is judged by the server's clock alone, and only the server frees a slot;
+- a waiter asks again when the server's ``Retry-After`` says (about the limit's average hold),
+  not on a fixed poll.
+
+Leases live in the server's lease storage. Prefect keeps them in memory unless told otherwise,
+and a restart would then forget a lease while its slot stays taken: the project's servers use
+the filesystem storage (``deployments/server_settings.py``); several server replicas need Redis
+(docs/scaling.md). Limits are created on first use (one slot, no decay), so a lock needs no
+setup; Prefect requires leases of at least 60 s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
-import os
-import socket
-import time
+import hashlib
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
-from uuid import UUID
 
-import httpx
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import VariableCreate
-from prefect.exceptions import ObjectAlreadyExists
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency._asyncio import AcquireConcurrencySlotTimeoutError
+from prefect.concurrency.asyncio import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
-logger = logging.getLogger(__name__)
-
-LEASE_SECONDS = 30.0
-
-
-class LeaseLockTimeoutError(TimeoutError):
-    """A ``VariableLeaseLock`` stayed held by another process for the whole wait."""
+#: seconds a holder's lease lasts without renewal (Prefect's minimum is 60)
+LEASE_SECONDS = 60.0
+#: every lock's global concurrency limit is named ``LOCK_PREFIX + name``
+LOCK_PREFIX = "compliance-lock-"
+_NOT_IN_LIMIT_NAMES = re.compile(r"[^a-z0-9_-]+")
 
 
-class VariableLeaseLock:
-    """Mutual exclusion by name across machines: a Prefect Variable holding a short lease.
+class LockTimeoutError(TimeoutError):
+    """Another holder kept the lock for the whole wait."""
 
-    The holder renews the lease every third of ``lease_seconds`` while it runs; a holder that
-    dies stops renewing, and the first waiter to see the lease expired deletes it (by id, so two
-    waiters cannot both break it) and takes the lock. A dead holder therefore blocks others for
-    at most ``lease_seconds`` plus one poll, with nothing to set up on the server beforehand.
+
+def limit_name(name: str) -> str:
+    """The global concurrency limit behind the lock ``name``.
+
+    A name that had to be changed or shortened gets a hash of the original, so ``"A.b"`` and
+    ``"a-b"`` stay two locks.
     """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a lock needs a non-empty name, not {name!r}")
+    slug = _NOT_IN_LIMIT_NAMES.sub("-", name.lower())
+    if slug != name or len(slug) > 100:
+        slug = f"{slug[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return LOCK_PREFIX + slug
 
-    def __init__(self, lease_seconds: float = LEASE_SECONDS, poll_seconds: float = 0.25) -> None:
-        self.lease_seconds = lease_seconds
-        self.poll_seconds = poll_seconds
 
-    @asynccontextmanager
-    async def hold(self, name: str, *, wait_seconds: float, what: str) -> AsyncIterator[None]:
-        """Hold the variable ``name`` for the body; ``what`` names the lock in the timeout."""
-        lock_id = await self.acquire(name, wait_seconds=wait_seconds, what=what)
-        async with self.kept(lock_id):
-            yield
-
-    async def acquire(self, name: str, *, wait_seconds: float, what: str) -> UUID:
-        """Create the lock variable, waiting up to ``wait_seconds``; returns its id."""
-        deadline = time.monotonic() + wait_seconds
-        holder = "an unknown process"
-        while True:
-            async with get_client() as client:
-                try:
-                    created = await client.create_variable(
-                        VariableCreate(name=name, value=self._lease())
-                    )
-                    return created.id
-                except ObjectAlreadyExists:
-                    current = await client.read_variable_by_name(name)
-            if current is not None and isinstance(current.value, dict):
-                holder = str(current.value.get("holder", holder))
-                if float(current.value.get("expires_at", 0)) < time.time():
-                    await self._delete(current.id)  # a dead holder's lease: break it, by id
-                    continue
-            if time.monotonic() >= deadline:
-                raise LeaseLockTimeoutError(
-                    f"waited {wait_seconds:.0f} s for {what} (Prefect variable {name}); "
-                    f"it is held by {holder}"
-                )
-            await asyncio.sleep(self.poll_seconds)
-
-    @asynccontextmanager
-    async def kept(self, lock_id: UUID) -> AsyncIterator[None]:
-        """Renew the lease of an acquired lock while the body runs, then release it."""
-        renewer = asyncio.create_task(self._renew(lock_id))
+async def ensure_lock_limit(name: str) -> str:
+    """Create the lock's one-slot limit if it does not exist yet; returns its name."""
+    limit = limit_name(name)
+    async with get_client() as client:
         try:
+            await client.read_global_concurrency_limit_by_name(limit)
+        except ObjectNotFound:
+            # another process may create it first: the same limit
+            with contextlib.suppress(ObjectAlreadyExists):
+                await client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=limit, limit=1, slot_decay_per_second=0.0)
+                )
+    return limit
+
+
+@asynccontextmanager
+async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterator[None]:
+    """Hold the lock ``name`` for the body; ``LockTimeoutError`` naming ``what`` if another
+    holder keeps it for ``wait_seconds``.
+
+    A ``TimeoutError`` raised by the body itself passes through unchanged.
+    """
+    limit = await ensure_lock_limit(name)
+    acquired = False
+    try:
+        async with concurrency(
+            limit,
+            occupy=1,
+            timeout_seconds=max(wait_seconds, 0.5),
+            lease_duration=LEASE_SECONDS,
+            strict=True,
+            raise_on_lease_renewal_failure=True,
+        ):
+            acquired = True
             yield
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
-            await self._delete(lock_id)
-
-    def _lease(self) -> dict[str, Any]:
-        return {
-            "holder": f"pid {os.getpid()} on {socket.gethostname()}",
-            "expires_at": time.time() + self.lease_seconds,
-        }
-
-    async def _renew(self, lock_id: UUID) -> None:
-        """Renew until cancelled; a failed renewal is retried at the next tick (two are left
-        before the lease runs out) instead of ending renewal for the rest of the hold."""
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            try:
-                async with get_client() as client:
-                    await client.request(
-                        "PATCH",
-                        "/variables/{id}",
-                        path_params={"id": lock_id},
-                        json={"value": self._lease()},
-                    )
-            except (httpx.HTTPError, OSError) as exc:
-                logger.warning("Could not renew lock lease %s: %s", lock_id, type(exc).__name__)
-
-    @staticmethod
-    async def _delete(lock_id: UUID) -> None:
-        async with get_client() as client:
-            try:
-                await client.request("DELETE", "/variables/{id}", path_params={"id": lock_id})
-            except httpx.HTTPStatusError as exc:
-                if exc.response.status_code != 404:
-                    raise
+    except AcquireConcurrencySlotTimeoutError:
+        if acquired:
+            raise
+        raise LockTimeoutError(
+            f"waited {wait_seconds:g} s for {what} (Prefect global concurrency limit {limit}); "
+            "another run holds it"
+        ) from None

@@ -1,11 +1,11 @@
 """Prefect-backed parts of the token broker: the shared rate limit, and a store + lock for many
-machines kept on the Prefect server itself (no Redis to run).
+machines kept on the Prefect server itself (nothing else to run).
 
 - ``PrefectRateLimiter``: a global concurrency limit used with ``rate_limit(..., strict=True)``;
   a missing limit is an error naming ``python -m deployments.bootstrap``, never "unthrottled".
 - ``PrefectVariableTokenStore``: the encrypted record (ciphertext only) in a Prefect Variable per
   customer key.
-- ``PrefectVariableLock``: the token lock per customer key, on top of ``runtime.locks``.
+- ``PrefectTokenLock``: the token lock per customer key, a ``runtime.locks`` lock.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from compliance_api.tokens import (
     TokenRateLimitWaitError,
     TokenStoreError,
 )
-from runtime.locks import LEASE_SECONDS, LeaseLockTimeoutError, VariableLeaseLock
+from runtime.locks import LockTimeoutError, hold_lock
 
 BOOTSTRAP_COMMAND = "python -m deployments.bootstrap"
 STORE_PREFIX = "compliance-token-"  # noqa: S105 - a name prefix
-LOCK_PREFIX = "compliance-token-lock-"  # noqa: S105 - a name prefix
+#: the token lock of a customer key is the lock ``TOKEN_LOCK_PREFIX + key.slug``
+TOKEN_LOCK_PREFIX = "token-"  # noqa: S105 - a name prefix
 
 
 class PrefectRateLimiter:
@@ -88,21 +89,17 @@ class PrefectVariableTokenStore:
         return await Variable.aunset(_store_name(key))
 
 
-class PrefectVariableLock:
-    """The token lock per customer key: a ``VariableLeaseLock`` named after the key."""
-
-    def __init__(self, lease_seconds: float = LEASE_SECONDS, poll_seconds: float = 0.25) -> None:
-        self.lease = VariableLeaseLock(lease_seconds, poll_seconds)
+class PrefectTokenLock:
+    """The token lock per customer key, held across machines (``runtime/locks.py``)."""
 
     @asynccontextmanager
     async def hold(self, key: CustomerKey, *, wait_seconds: float) -> AsyncIterator[None]:
         try:
-            lock_id = await self.lease.acquire(
-                f"{LOCK_PREFIX}{key.slug}",
+            async with hold_lock(
+                TOKEN_LOCK_PREFIX + key.slug,
                 wait_seconds=wait_seconds,
                 what=f"the token lock of {key.describe()}",
-            )
-        except LeaseLockTimeoutError as exc:
+            ):
+                yield
+        except LockTimeoutError as exc:
             raise TokenLockTimeoutError(str(exc)) from None
-        async with self.lease.kept(lock_id):
-            yield

@@ -7,14 +7,14 @@ Recovery rules these tests pin down:
 * document links are not idempotent: rerun the same manifest. The ledger skips links the
   killed run saw attached, reports the ones whose answer it never saw (needs_review, not
   resent), and sends the rest; the operator settles the reviewed ones after checking.
-* a token lock (flock) dies with its holder; a Prefect lease lock is broken after its lease.
+* a token lock (flock) dies with its holder (a lock on the Prefect server is freed after its
+  lease: tests/runtime/test_locks_survive_restarts.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -183,69 +183,3 @@ async def test_token_lock_of_a_killed_holder_is_free_at_once(chaos_env: SandboxH
         pass
     token = await shared_broker().get_token()
     assert token.fingerprint
-
-
-@slow
-async def test_prefect_lease_lock_of_a_killed_holder_is_broken_within_60_s(
-    chaos_env: SandboxHandle, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Workers on several machines share the token through a Prefect Variable lease lock: a
-    holder killed without releasing it blocks others for at most its lease (< 60 s)."""
-    from compliance_api.settings import load_settings
-    from compliance_api.tokens.keys import CustomerKey
-    from runtime.token_backends import LEASE_SECONDS, PrefectVariableLock
-
-    assert LEASE_SECONDS < LOCK_DEADLINE_SECONDS
-    settings = load_settings()
-    code = textwrap.dedent(
-        """
-        import asyncio
-        from compliance_api.settings import load_settings
-        from compliance_api.tokens.keys import CustomerKey
-        from runtime.token_backends import PrefectVariableLock
-
-        async def main():
-            key = CustomerKey.from_settings(load_settings())
-            async with PrefectVariableLock().hold(key, wait_seconds=30):
-                print("HELD", flush=True)
-                await asyncio.sleep(600)
-
-        asyncio.run(main())
-        """
-    )
-    child = await start_lock_holder(code)
-    kill_hard(child)
-    key = CustomerKey.from_settings(settings)
-    async with PrefectVariableLock().hold(key, wait_seconds=LOCK_DEADLINE_SECONDS):
-        pass
-
-
-@slow
-async def test_audit_log_reader_lock_of_a_killed_run_is_free_within_60_s(
-    chaos_env: SandboxHandle, tmp_path: Path
-) -> None:
-    """An export run killed while holding the reader lock must not block the next run for
-    more than 60 s (the lock is a Prefect concurrency slot with a lease)."""
-    from audit_log.checkpoints import exclusive_run
-
-    name = f"chaos-reader-lock-{os.getpid()}"
-    code = textwrap.dedent(
-        f"""
-        import asyncio
-        from audit_log.checkpoints import exclusive_run
-
-        async def main():
-            async with exclusive_run({name!r}, 30):
-                print("HELD", flush=True)
-                await asyncio.sleep(600)
-
-        asyncio.run(main())
-        """
-    )
-    child = await start_lock_holder(code)
-    with pytest.raises(TimeoutError):
-        async with exclusive_run(name, 0.5):
-            pass
-    kill_hard(child)
-    async with exclusive_run(name, LOCK_DEADLINE_SECONDS):
-        pass

@@ -1,5 +1,5 @@
 """Prefect-backed parts against the real test server: rate limit, bootstrap, variable store
-and lease lock (the many-machines backends)."""
+and token lock (the many-machines backends)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import VariableCreate
 from prefect.exceptions import ObjectNotFound
 from prefect.variables import Variable
 
@@ -29,10 +28,11 @@ from deployments.bootstrap import (
     main,
     token_rate_limit_name,
 )
+from runtime.locks import limit_name
 from runtime.token_backends import (
-    LOCK_PREFIX,
+    TOKEN_LOCK_PREFIX,
     PrefectRateLimiter,
-    PrefectVariableLock,
+    PrefectTokenLock,
     PrefectVariableTokenStore,
 )
 from tests.tokens.conftest import call_api, make_broker, mints
@@ -108,7 +108,7 @@ async def test_two_machines_share_one_token_through_the_prefect_server(
         make_broker(
             make_settings(state_dir=tmp_path / f"machine-{n}"),
             store=PrefectVariableTokenStore(),
-            lock=PrefectVariableLock(),
+            lock=PrefectTokenLock(),
             limiter=limiter,
         )
         for n in range(2)
@@ -122,25 +122,19 @@ async def test_two_machines_share_one_token_through_the_prefect_server(
     assert await Variable.aget(f"compliance-token-{brokers[0].key.slug}") is None
 
 
-async def test_lease_of_a_dead_holder_is_broken_and_a_live_one_is_respected() -> None:
-    key = CustomerKey("commercial", f"lease-{uuid.uuid4().hex[:8]}")
-    name = f"{LOCK_PREFIX}{key.slug}"
-    lock = PrefectVariableLock(lease_seconds=30, poll_seconds=0.05)
-    async with get_client() as client:
-        await client.create_variable(
-            VariableCreate(name=name, value={"holder": "pid 4242 on gone", "expires_at": 0})
-        )
-    async with lock.hold(key, wait_seconds=5):
-        with pytest.raises(TokenLockTimeoutError, match="pid .* on"):
-            async with PrefectVariableLock(poll_seconds=0.05).hold(key, wait_seconds=0.3):
+async def test_the_token_lock_is_one_slot_on_the_server_per_customer_key() -> None:
+    key = CustomerKey("commercial", f"lock-{uuid.uuid4().hex[:8]}")
+    other = CustomerKey("commercial", f"lock-{uuid.uuid4().hex[:8]}")
+    async with PrefectTokenLock().hold(key, wait_seconds=5):
+        with pytest.raises(TokenLockTimeoutError, match="the token lock of"):
+            async with PrefectTokenLock().hold(key, wait_seconds=0.5):
                 pass
-    async with get_client() as client:
-        assert await client.read_variable_by_name(name) is None  # released on exit
-        await client.create_variable(
-            VariableCreate(
-                name=name, value={"holder": "pid 7 on alive", "expires_at": time.time() + 60}
+        async with PrefectTokenLock().hold(other, wait_seconds=1):
+            pass  # another customer's lock is another slot
+        async with get_client() as client:
+            limit = await client.read_global_concurrency_limit_by_name(
+                limit_name(TOKEN_LOCK_PREFIX + key.slug)
             )
-        )
-    with pytest.raises(TokenLockTimeoutError, match="pid 7 on alive"):
-        async with lock.hold(key, wait_seconds=0.3):
-            pass
+        assert (limit.limit, limit.active_slots) == (1, 1)
+    async with PrefectTokenLock().hold(key, wait_seconds=1):
+        pass
