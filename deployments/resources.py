@@ -32,11 +32,18 @@ PROJECT_DIR_VARIABLE = "compliance_project_dir"
 RERUN_DELAY_VARIABLE = "compliance_rerun_delay_seconds"
 RERUN_MAX_ATTEMPTS_VARIABLE = "compliance_rerun_max_attempts"
 EXPORT_DIR_VARIABLE = "compliance_event_log_export_dir"
+CRASH_MAX_ATTEMPTS_VARIABLE = "compliance_crash_max_attempts"
 
 #: a transient outage usually clears within minutes; a rerun sooner would mostly fail again
 DEFAULT_RERUN_DELAY_SECONDS = 120
 #: attempts in total, the original run included: two automatic reruns, then an operator
 DEFAULT_RERUN_MAX_ATTEMPTS = 3
+#: crashes of one run, the first included, before crash recovery leaves it to an operator
+DEFAULT_CRASH_MAX_ATTEMPTS = 3
+#: flow runs of the work pool at once: excess runs wait (Scheduled) instead of overrunning a
+#: small Prefect server; an operator's own value on an existing pool is kept
+DEFAULT_WORK_POOL_CONCURRENCY = 8
+WORK_POOL_CONCURRENCY_ENV = "COMPLIANCE_WORK_POOL_CONCURRENCY"
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,11 @@ def variable_defaults() -> list[VariableDefault]:
             "attempts in total (original run included) before failures wait for an operator",
         ),
         VariableDefault(
+            CRASH_MAX_ATTEMPTS_VARIABLE,
+            DEFAULT_CRASH_MAX_ATTEMPTS,
+            "crashes of one run before crash recovery leaves it to an operator",
+        ),
+        VariableDefault(
             EXPORT_DIR_VARIABLE,
             str(state_dir() / "event-log-export"),
             "where the daily audit-log export writes its JSON Lines files",
@@ -73,8 +85,24 @@ def variable_defaults() -> list[VariableDefault]:
     ]
 
 
+def work_pool_concurrency() -> int:
+    """COMPLIANCE_WORK_POOL_CONCURRENCY (default 8): flow runs of the pool at once."""
+    raw = os.environ.get(WORK_POOL_CONCURRENCY_ENV, str(DEFAULT_WORK_POOL_CONCURRENCY))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1000:
+        raise ConfigurationError(
+            f"{WORK_POOL_CONCURRENCY_ENV}={raw!r}: must be a whole number from 1 to 1000"
+        )
+    return value
+
+
 async def ensure_work_pool(name: str = WORK_POOL_NAME) -> str:
-    """The process work pool every deployment in prefect.yaml runs on."""
+    """The process work pool every deployment in prefect.yaml runs on, with a concurrency
+    limit so a burst of runs queues up instead of overrunning the server."""
+    limit = work_pool_concurrency()
     async with get_client() as client:
         try:
             pool = await client.read_work_pool(name)
@@ -86,16 +114,20 @@ async def ensure_work_pool(name: str = WORK_POOL_NAME) -> str:
                     f"work pool {name!r} exists with type {pool.type!r}; prefect.yaml needs a "
                     f"{WORK_POOL_TYPE!r} pool: delete it or rename the pool in prefect.yaml"
                 )
-            return f"kept work pool {name!r} (type {pool.type})"
+            return (
+                f"kept work pool {name!r} (type {pool.type}, "
+                f"concurrency limit {pool.concurrency_limit})"
+            )
         await client.create_work_pool(
             WorkPoolCreate(
                 name=name,
                 type=WORK_POOL_TYPE,
                 description="compliance-flows: flow runs as local processes of each worker",
                 base_job_template=ProcessWorker.get_default_base_job_template(),
+                concurrency_limit=limit,
             )
         )
-    return f"created work pool {name!r} (type {WORK_POOL_TYPE})"
+    return f"created work pool {name!r} (type {WORK_POOL_TYPE}, concurrency limit {limit})"
 
 
 def _is_directory(value: object) -> bool:

@@ -1,15 +1,19 @@
 """Flow runs whose process died (a killed worker, a lost machine) are marked Crashed.
 
-Without this, a run whose process is gone stays Running in the UI forever: nothing is left to
-report its end. Every deployment's runs send a heartbeat every :data:`HEARTBEAT_SECONDS`
+Without this, a run whose process is gone stays Running (or Pending) in the UI forever: nothing
+is left to report its end. Every deployment's runs send a heartbeat every :data:`HEARTBEAT_SECONDS`
 (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` in prefect.yaml's job variables); this automation marks a
 run Crashed when a heartbeat is followed by neither another heartbeat nor a final state within
 the grace period. This is the automation Prefect documents for self-hosted servers ("detect
 zombie flows"). Only runs that have sent a heartbeat are watched, so flows started without
 heartbeats (a script, a test) are never touched.
 
-The operator then reruns the same input: every write flow is safe to rerun after a crash
-(README, Fault tolerance).
+A second automation covers the moment before: a worker marks a run Pending, then starts its
+process; a worker that dies in between leaves the run Pending with no process at all. A run
+that is Pending for the grace period without starting is marked Crashed too.
+
+Crashed runs of the deployments are then rescheduled by the crash-recovery flow
+(``flows/recover_crashed_runs.py``), a bounded number of times: every flow is safe to rerun.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from prefect.events.schemas.events import ResourceSpecification
 from compliance_api.errors import ConfigurationError
 
 AUTOMATION_NAME = "compliance-flows: mark unresponsive flow runs Crashed"
+PENDING_AUTOMATION_NAME = "compliance-flows: mark flow runs that never started Crashed"
 #: what prefect.yaml sets as PREFECT_FLOWS_HEARTBEAT_FREQUENCY (Prefect's minimum is 30 s)
 HEARTBEAT_SECONDS = 30
 #: three missed heartbeats: a busy machine may delay one, not three
@@ -80,14 +85,52 @@ def unresponsive_run_automation(grace: int) -> AutomationCore:
     )
 
 
-async def ensure_unresponsive_run_detection() -> str:
+def stuck_pending_automation(grace: int) -> AutomationCore:
+    return AutomationCore(
+        name=PENDING_AUTOMATION_NAME,
+        description=(
+            f"A flow run that stayed Pending for {grace} s never got its process (the worker "
+            "that took it is gone): it is marked Crashed, so crash recovery reschedules it."
+        ),
+        trigger=EventTrigger(
+            after={"prefect.flow-run.Pending"},
+            expect={
+                "prefect.flow-run.Running",
+                "prefect.flow-run.Scheduled",
+                "prefect.flow-run.AwaitingRetry",
+                "prefect.flow-run.AwaitingConcurrencySlot",
+                *_FINAL_EVENTS,
+            },
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=grace),
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED,
+                message=f"Pending for {grace} s without starting: its worker is gone.",
+            )
+        ],
+    )
+
+
+async def _ensure(automation: AutomationCore, grace: int) -> str:
     """Create the automation unless one of that name exists: an operator may have changed its
     grace period or paused it, and bootstrap keeps operators' changes (delete it to recreate)."""
-    grace = grace_seconds()
     async with get_client() as client:
-        existing = await client.read_automations_by_name(AUTOMATION_NAME)
+        existing = await client.read_automations_by_name(automation.name)
         if existing:
             state = "enabled" if existing[0].enabled else "paused"
-            return f"kept automation {AUTOMATION_NAME!r} ({state})"
-        await client.create_automation(unresponsive_run_automation(grace))
-    return f"created automation {AUTOMATION_NAME!r} (grace {grace} s)"
+            return f"kept automation {automation.name!r} ({state})"
+        await client.create_automation(automation)
+    return f"created automation {automation.name!r} (grace {grace} s)"
+
+
+async def ensure_unresponsive_run_detection() -> str:
+    """Both automations: runs whose process died, and runs that never got one."""
+    grace = grace_seconds()
+    running = await _ensure(unresponsive_run_automation(grace), grace)
+    pending = await _ensure(stuck_pending_automation(grace), grace)
+    return f"{running}; {pending}"

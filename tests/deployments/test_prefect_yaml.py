@@ -21,7 +21,12 @@ from prefect.cli.deploy._triggers import DeploymentTriggerAdapter
 from prefect.flows import Flow, load_flow_from_entrypoint
 from prefect.server.events.actions import RunDeployment
 from prefect.server.events.jinja_filters import all_filters
-from prefect.server.events.schemas.events import ReceivedEvent, Resource, ResourceSpecification
+from prefect.server.events.schemas.events import (
+    ReceivedEvent,
+    RelatedResource,
+    Resource,
+    ResourceSpecification,
+)
 from prefect.server.utilities.user_templates import register_user_template_filters
 from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
 from prefect.utilities.templating import apply_values
@@ -106,7 +111,7 @@ def test_schedules_bridge_often_reports_daily_writes_on_demand() -> None:
 
 def test_every_trigger_is_a_valid_deployment_trigger() -> None:
     triggers = [t for spec in DEPLOYMENTS for t in spec.get("triggers", [])]
-    assert len(triggers) == 3
+    assert len(triggers) == 4
     for trigger in triggers:
         spec = copy.deepcopy(trigger)
         spec["schedule_after"] = 0  # a variable placeholder until `prefect deploy`
@@ -167,6 +172,44 @@ def test_only_runs_with_retryable_failures_are_rerun_automatically() -> None:
         if label is not None:
             labels[RETRYABLE_LABEL] = label
         assert spec.matches(Resource(root=labels)) is matches, label
+
+
+def crashed_event(tags: list[str]) -> ReceivedEvent:
+    run_id = uuid.uuid4()
+    event = received(
+        "prefect.flow-run.Crashed", {"prefect.resource.id": f"prefect.flow-run.{run_id}"}, {}
+    )
+    related = [
+        {"prefect.resource.id": f"prefect.tag.{tag}", "prefect.resource.role": "tag"}
+        for tag in tags
+    ]
+    return event.model_copy(update={"related": [RelatedResource(root=r) for r in related]})
+
+
+def test_a_crashed_run_of_any_deployment_but_recovery_itself_is_recovered() -> None:
+    (trigger,) = deployment("recover_crashed_run")["triggers"]
+    assert trigger["expect"] == ["prefect.flow-run.Crashed"]
+    match = ResourceSpecification.model_validate(trigger["match"])
+    related = ResourceSpecification.model_validate(trigger["match_related"])
+    recovery = deployment("recover_crashed_run")["entrypoint"]
+    for spec in DEPLOYMENTS:
+        event = crashed_event(spec["tags"])
+        assert match.matches(event.resource)
+        recovered = any(related.matches(resource) for resource in event.related)
+        assert recovered is (spec["entrypoint"] != recovery), spec["entrypoint"]
+    event = crashed_event(["compliance", "crash-recovery"])
+    parameters = dict(trigger["parameters"])
+    parameters["max_attempts"] = 3  # resolved from the variable by `prefect deploy`
+    assert render(parameters, event) == {"flow_run_id": event.resource.id, "max_attempts": 3}
+
+
+def test_audit_log_readers_run_one_at_a_time_and_runs_retry_a_busy_server() -> None:
+    for function in ("bridge_event_log", "export_event_log"):
+        limit = deployment(function)["concurrency_limit"]
+        assert limit == {"limit": 1, "collision_strategy": "ENQUEUE"}
+    for spec in DEPLOYMENTS:
+        env = spec["work_pool"]["job_variables"]["env"]
+        assert int(env["PREFECT_CLIENT_MAX_RETRIES"]) >= 10
 
 
 def test_encryption_key_is_created_once_and_readable_only_by_us(tmp_path: Path) -> None:

@@ -1,0 +1,121 @@
+"""Runbook: a crashed flow run is started again, a bounded number of times, or reported.
+
+A run crashes when its process never starts (a busy Prefect server answered 503 while the
+worker submitted it; the worker died after taking it) or dies mid-run (a killed worker, a lost
+machine; ``deployments/unresponsive_runs.py`` marks those Crashed). Such a run emits no
+failed-items event, so without this nothing would ever run its items again.
+
+The deployment ``recover-crashed-runs`` runs this flow for every ``prefect.flow-run.Crashed``
+event of a run tagged ``crash-recovery`` (every deployment in prefect.yaml but this one):
+
+1. Read the run and its state history; a run that is no longer Crashed is left alone (an
+   operator, or an earlier recovery, acted first).
+2. Fewer than ``max_attempts`` crashes: put the run back to Scheduled (as the UI's Retry does),
+   so a worker starts it again with the same parameters. Every flow is safe to run again: writes
+   are idempotent or go through the link ledger, reads resume from their checkpoints.
+3. Otherwise: leave it Crashed, publish a report naming the run and its parameters, and end
+   Failed, so what is left is visible in the UI and reaches the failure notifications.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_markdown_artifact
+from prefect.client.schemas.objects import StateType
+from pydantic import BaseModel
+
+from compliance_api.errors import InputError
+from tasks.flow_runs import RunHistory, flow_run_uuid, read_run_history, reschedule_run
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+Action = Literal["rescheduled", "not crashed", "given up"]
+
+
+class RecoveryResult(BaseModel):
+    flow_run_id: str
+    action: Action
+    crashes: int
+    started: bool
+
+
+class RunNotRecovered(RuntimeError):
+    """A run crashed ``max_attempts`` times: it waits for an operator."""
+
+
+def _check_max_attempts(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
+        raise InputError("max_attempts", value, "must be a whole number from 1 to 10")
+    return value
+
+
+def _flow_run_id(value: str) -> str:
+    try:
+        return str(flow_run_uuid(value))
+    except (ValueError, TypeError, AttributeError):
+        raise InputError(
+            "flow_run_id", value, "must be a flow run id (or prefect.flow-run.<id>)"
+        ) from None
+
+
+@flow(name="recover-crashed-run", log_prints=False)
+async def recover_crashed_run(
+    flow_run_id: str, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> RecoveryResult:
+    """Start a crashed flow run again, at most ``max_attempts`` crashes in all, or report it.
+
+    Args:
+        flow_run_id: The crashed flow run (its id, or the event resource id
+            ``prefect.flow-run.<id>``).
+        max_attempts: Crashes after which the run is left for an operator instead of being
+            scheduled again (1 to 10; the first crash counts).
+    """
+    run_id = _flow_run_id(flow_run_id)
+    max_attempts = _check_max_attempts(max_attempts)
+    logger = get_run_logger()
+    history = await read_run_history(flow_run_uuid(run_id))
+    if history.state_type != StateType.CRASHED:
+        logger.info("Run %s is %s now: nothing to recover", history.name, history.state_type)
+        return _result(history, "not crashed")
+    if history.crashes < max_attempts:
+        when = "mid-run" if history.started else "before it started"
+        message = (
+            f"Rescheduled by crash recovery: crash {history.crashes} of at most "
+            f"{max_attempts} ({when})"
+        )
+        await reschedule_run(flow_run_uuid(run_id), message)
+        logger.info("%s: %s", history.name, message)
+        return _result(history, "rescheduled")
+    await _report_given_up(history, max_attempts)
+    raise RunNotRecovered(
+        f"Run {history.name} ({run_id}) crashed {history.crashes} times; it is left Crashed for "
+        "an operator: find out why (the worker's log), then press Retry on the run"
+    )
+
+
+def _result(history: RunHistory, action: Action) -> RecoveryResult:
+    return RecoveryResult(
+        flow_run_id=history.flow_run_id,
+        action=action,
+        crashes=history.crashes,
+        started=history.started,
+    )
+
+
+async def _report_given_up(history: RunHistory, max_attempts: int) -> None:
+    parameters = "\n".join(
+        f"- `{name}`: `{value!r}`"[:500] for name, value in history.parameters.items()
+    )
+    await acreate_markdown_artifact(
+        key=f"crashed-run-{history.flow_run_id[:8]}",
+        markdown=(
+            f"## Run {history.name} was not recovered\n\n"
+            f"It crashed {history.crashes} times (limit {max_attempts}) and is left Crashed.\n\n"
+            f"Flow run id: `{history.flow_run_id}`\n\nParameters:\n\n{parameters or '- none'}\n\n"
+            "Next: read the worker's log for why it crashed, fix that, then press **Retry** on "
+            "the run (every flow is safe to run again)."
+        ),
+        description=f"Crashed run {history.name}: not rescheduled after {history.crashes} crashes",
+    )
