@@ -7,7 +7,7 @@ the shared broker ("shared") and, in the same run, a naive client that mints per
 re-mints on every 401 ("naive", what public clients do). Prints mints, 401s, 429s, the most
 token-endpoint calls seen in any 60 s window, and p50/p99 of the wait for a token.
 
-``child`` is the per-process worker, also used by tests/tokens/test_multiprocess.py.
+``child`` is the per-process worker, also used by tests/runtime/test_shared_token_many_processes.py.
 """
 
 from __future__ import annotations

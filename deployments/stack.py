@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -253,7 +254,13 @@ class LocalStack:
             raise
 
     def stop(self) -> None:
-        """Worker first (it cancels its flow runs), then the server, then the sandbox."""
+        """Workers first, all at once (each cancels its flow runs), then the server, then the
+        sandbox."""
+        workers = self.workers()
+        with ThreadPoolExecutor(max_workers=max(len(workers), 1)) as pool:
+            list(pool.map(ChildProcess.stop, workers))
+        for worker in workers:
+            self.children.remove(worker)
         while self.children:
             self.children.pop().stop()
 

@@ -1,7 +1,7 @@
 """End to end, as an operator runs it: the local stack of ``make serve`` (sandbox, a real
-``prefect server start``, bootstrap, ``prefect deploy --all`` of prefect.yaml, a process worker),
-then audit-log events in the sandbox that the bridge turns into Prefect events, which the
-triggers of prefect.yaml turn into flow runs.
+``prefect server start`` on PostgreSQL, bootstrap, ``prefect deploy --all`` of prefect.yaml, a
+process worker), then audit-log events in the sandbox that the bridge turns into Prefect
+events, which the triggers of prefect.yaml turn into flow runs.
 
 One stack for the module (it takes about a minute to start on a busy machine); every scenario
 is set up before the one bridge run, so their flow runs overlap instead of queueing.
@@ -10,7 +10,7 @@ is set up before the one bridge run, so their flow runs overlap instead of queue
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -41,8 +41,11 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, postgres_databases: Callable[[], str]
+) -> Iterator[LocalStack]:
     options = StackOptions(
+        database_url=postgres_databases(),
         state_dir=tmp_path_factory.mktemp("stack"),
         prefect_port=None,
         sandbox_port=None,

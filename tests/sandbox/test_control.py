@@ -17,7 +17,7 @@ from deployments.stack import free_port
 from sandbox.control import SandboxControlError
 from sandbox.data import Dataset
 from sandbox.runner import run_sandbox_in_thread
-from tests.sandbox.conftest import MANAGE, Api, Env
+from tests.fixtures.sandbox_api import MANAGE, Api, Env
 
 EVENTS = "GET /v1/event-logs"
 ADD_PEOPLE = "POST /v1/groups/{groupId}/add-people"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sandbox.times import parse_iso_us
-from tests.sandbox.conftest import Api, Env
+from tests.fixtures.sandbox_api import Api, Env
 
 KB = "GET /v1/knowledge-base/resources"
 ANSWERS = "GET /v1/knowledge-base/answer-library"

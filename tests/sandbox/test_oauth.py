@@ -9,8 +9,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from tests.sandbox import schemas
-from tests.sandbox.conftest import (
+from tests.fixtures.sandbox_api import (
     AUDITOR,
     GOV,
     INTEGRATION_SCOPE,
@@ -22,6 +21,7 @@ from tests.sandbox.conftest import (
     PUBLIC_REDIRECT,
     Env,
 )
+from tests.sandbox import schemas
 
 EVENTS = "GET /v1/event-logs"
 VULNS = "GET /v1/resources/package_vulnerability_connectors"

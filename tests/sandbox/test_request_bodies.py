@@ -20,8 +20,8 @@ import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
 from tests.fixtures import spec
+from tests.fixtures.sandbox_api import Api, Env, check
 from tests.sandbox import schemas
-from tests.sandbox.conftest import Api, Env, check
 
 Path = tuple[str | int, ...]
 MISSING = object()  # "drop this key" as a replacement value

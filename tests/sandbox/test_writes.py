@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.sandbox_api import MANAGE_BASIC, MANAGE_SCOPE, Api, Env
 from tests.sandbox import schemas
-from tests.sandbox.conftest import MANAGE_BASIC, MANAGE_SCOPE, Api, Env
 
 Q_PATCH = "PATCH /v1/customer-trust/questionnaires/{questionnaireId}"
 Q_APPROVE = "POST /v1/customer-trust/questionnaires/{questionnaireId}/approve"

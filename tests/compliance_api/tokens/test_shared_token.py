@@ -10,7 +10,7 @@ import pytest
 from compliance_api.errors import InvalidClientError, InvalidScopeError
 from compliance_api.oauth import OAuthClient
 from compliance_api.tokens import CustomerKey, LocalFileTokenStore
-from tests.tokens.conftest import ManualClock, call_api, make_broker, mints
+from tests.fixtures.tokens import ManualClock, call_api, make_broker, mints
 
 
 async def test_concurrent_callers_of_two_brokers_cause_one_mint(

@@ -16,7 +16,7 @@ from compliance_api.cli import main as cli_main
 from compliance_api.errors import ConfigurationError
 from compliance_api.settings import ApplicationType, load_settings
 from compliance_api.tokens import CustomerKey
-from tests.tokens.conftest import make_broker, token_requests
+from tests.fixtures.tokens import make_broker, token_requests
 
 CLIENT_CREDENTIALS_APPS = {
     "manage": "demo-manage",

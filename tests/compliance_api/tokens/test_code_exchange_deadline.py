@@ -26,8 +26,7 @@ from compliance_api.oauth import (
 )
 from compliance_api.settings import Settings
 from compliance_api.tokens import SlidingWindowLimiter
-from tests.tokens.conftest import ManualClock, make_broker, token_requests
-from tests.tokens.test_public_integration import approve
+from tests.fixtures.tokens import ManualClock, approve, make_broker, token_requests
 
 GUARD_SECONDS = 5.0  # far below the waits the old code made (61 s limiter, 60 s Retry-After)
 

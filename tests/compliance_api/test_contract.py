@@ -44,8 +44,8 @@ from compliance_api.models import (
     VendorStatus,
     iso_timestamp,
 )
-from tests.client import samples
-from tests.client.conftest import validator
+from tests.compliance_api import samples
+from tests.fixtures.fake_api import validator
 
 #: schema file -> the model (or envelope) the client parses its response with
 RESPONSE_MODELS: dict[str, type[BaseModel]] = {

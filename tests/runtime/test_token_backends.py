@@ -35,7 +35,7 @@ from runtime.token_backends import (
     PrefectTokenLock,
     PrefectVariableTokenStore,
 )
-from tests.tokens.conftest import call_api, make_broker, mints
+from tests.fixtures.tokens import call_api, make_broker, mints
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 

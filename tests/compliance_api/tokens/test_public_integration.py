@@ -17,9 +17,10 @@ from compliance_api.oauth import (
 from compliance_api.settings import Settings
 from compliance_api.tokens import LocalFileTokenStore, NotConnectedError, TokenStoreError
 from compliance_api.tokens.keys import CustomerKey
-from tests.tokens.conftest import (
+from tests.fixtures.tokens import (
     PUBLIC_REDIRECT,
     ManualClock,
+    approve,
     call_api,
     make_broker,
     mints,
@@ -32,18 +33,6 @@ def public_route(sandbox: Any) -> str:
     """A route the integration scopes allow (connector resources need a resource id)."""
     resource = sandbox.control.seed()["package_vulnerability_resources"][0]
     return f"/v1/resources/package_vulnerability_connectors?resourceId={resource}"
-
-
-def approve(sandbox: Any, settings: Settings, state: str) -> dict[str, Any]:
-    return dict(
-        sandbox.control.approve_authorization(
-            client_id=settings.client_id,
-            redirect_uri=PUBLIC_REDIRECT,
-            scope=settings.scope_string,
-            state=state,
-            source_id=settings.source_id,
-        )
-    )
 
 
 class FlakyStore(LocalFileTokenStore):
