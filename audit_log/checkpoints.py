@@ -25,6 +25,8 @@ from runtime.locks import hold_lock
 
 #: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
 MAX_BOUNDARY_IDS = 64
+#: where the bridge deployment keeps its checkpoint (bootstrap records the bridge's start there)
+BRIDGE_CHECKPOINT_VARIABLE = "compliance_event_bridge_checkpoint"
 #: the run lock ``name`` is the lock ``RUN_LOCK_PREFIX + name`` (``runtime/locks.py``)
 RUN_LOCK_PREFIX = "run-"
 

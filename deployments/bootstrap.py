@@ -55,8 +55,9 @@ async def ensure_token_rate_limit(name: str | None = None) -> str:
 # The work pool and the variables prefect.yaml reads live in deployments/resources.py; the
 # automations come from the triggers in prefect.yaml, except the one that marks runs whose
 # process died Crashed (deployments/unresponsive_runs.py); the audit-log readers' run locks are
-# Prefect Variable leases their runs take themselves (audit_log/checkpoints.py) and need no setup.
+# created on first use (runtime/locks.py).
 from deployments.resources import (  # noqa: E402 - kept next to the steps that use them
+    ensure_bridge_start,
     ensure_default_variables,
     ensure_project_dir_variable,
     ensure_work_pool,
@@ -68,6 +69,7 @@ STEPS: list[Callable[[], Awaitable[str]]] = [
     ensure_work_pool,
     ensure_project_dir_variable,
     ensure_default_variables,
+    ensure_bridge_start,
     ensure_unresponsive_run_detection,
 ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,11 @@ from prefect.exceptions import ObjectNotFound
 from prefect.variables import Variable
 from prefect.workers.process import ProcessWorker
 
+from audit_log.checkpoints import (
+    BRIDGE_CHECKPOINT_VARIABLE,
+    EventLogCheckpoint,
+    VariableCheckpointStore,
+)
 from compliance_api.errors import ConfigurationError
 from compliance_api.settings import Settings
 
@@ -166,3 +172,23 @@ async def ensure_default_variables() -> str:
     if kept:
         parts.append("kept variables " + ", ".join(kept))
     return "; ".join(parts)
+
+
+#: how far before bootstrap the bridge starts: covers a service clock a little behind ours
+BRIDGE_START_MARGIN = timedelta(minutes=5)
+
+
+async def ensure_bridge_start(now: datetime | None = None) -> str:
+    """Where the audit-log bridge starts, recorded once: a few minutes before bootstrap.
+
+    Without it the bridge's first run would start at its own "now", and an entry logged
+    between the stack coming up and that run (up to one schedule interval) would never be
+    bridged. An existing checkpoint (the bridge has run, or an operator set one) is kept.
+    """
+    store = VariableCheckpointStore(BRIDGE_CHECKPOINT_VARIABLE)
+    existing = await store.load()
+    if existing is not None:
+        return f"kept the bridge checkpoint in variable {store.name}"
+    start = (now or datetime.now(UTC)) - BRIDGE_START_MARGIN
+    await store.save(EventLogCheckpoint(start_date=start))
+    return f"created the bridge checkpoint in variable {store.name}: from {start.isoformat()}"

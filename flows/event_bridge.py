@@ -26,7 +26,12 @@ from datetime import UTC, datetime
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, Field
 
-from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore, exclusive_run
+from audit_log.checkpoints import (
+    BRIDGE_CHECKPOINT_VARIABLE,
+    EventLogCheckpoint,
+    VariableCheckpointStore,
+    exclusive_run,
+)
 from audit_log.events import audit_event
 from audit_log.reading import iter_new_pages
 from compliance_api.client import check_page_size
@@ -43,7 +48,7 @@ from runtime.task_inputs import unwalked
 from tasks.event_logs import load_bridge_checkpoint, save_bridge_checkpoint
 from tasks.events import send_events
 
-DEFAULT_CHECKPOINT_VARIABLE = "compliance_event_bridge_checkpoint"
+DEFAULT_CHECKPOINT_VARIABLE = BRIDGE_CHECKPOINT_VARIABLE
 DEFAULT_LOCK = "compliance-event-bridge"
 #: Prefect Variable names: letters, digits, dashes and underscores
 _VARIABLE_NAME = re.compile(r"^[a-z0-9_-]{1,255}$")

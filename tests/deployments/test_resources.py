@@ -1,0 +1,59 @@
+"""What bootstrap creates for a burst and for day one: the work pool's concurrency limit and
+the bridge's starting point (against the session's real Prefect server)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.variables import Variable
+
+from audit_log.checkpoints import BRIDGE_CHECKPOINT_VARIABLE, EventLogCheckpoint
+from compliance_api.errors import ConfigurationError
+from deployments.resources import (
+    BRIDGE_START_MARGIN,
+    WORK_POOL_CONCURRENCY_ENV,
+    ensure_bridge_start,
+    ensure_work_pool,
+    work_pool_concurrency,
+)
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+async def test_a_new_work_pool_gets_the_concurrency_limit_an_existing_one_keeps_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = f"pool-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(WORK_POOL_CONCURRENCY_ENV, "5")
+    assert "concurrency limit 5" in await ensure_work_pool(name)
+    async with get_client() as client:
+        assert (await client.read_work_pool(name)).concurrency_limit == 5
+    monkeypatch.setenv(WORK_POOL_CONCURRENCY_ENV, "9")
+    assert (await ensure_work_pool(name)).startswith(f"kept work pool {name!r}")
+    async with get_client() as client:
+        assert (await client.read_work_pool(name)).concurrency_limit == 5
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "many", "1001"])
+def test_a_bad_work_pool_concurrency_names_the_variable(
+    raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(WORK_POOL_CONCURRENCY_ENV, raw)
+    with pytest.raises(ConfigurationError, match=rf"{WORK_POOL_CONCURRENCY_ENV}='{raw}'"):
+        work_pool_concurrency()
+
+
+async def test_bootstrap_records_where_the_bridge_starts_once() -> None:
+    await Variable.aunset(BRIDGE_CHECKPOINT_VARIABLE)
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    assert (await ensure_bridge_start(now)).startswith("created the bridge checkpoint")
+    stored = EventLogCheckpoint.model_validate(await Variable.aget(BRIDGE_CHECKPOINT_VARIABLE))
+    assert stored.start_date == now - BRIDGE_START_MARGIN and stored.last_event_id is None
+    later = datetime(2026, 11, 25, tzinfo=UTC)
+    assert (await ensure_bridge_start(later)).startswith("kept")
+    kept = EventLogCheckpoint.model_validate(await Variable.aget(BRIDGE_CHECKPOINT_VARIABLE))
+    assert kept.start_date == stored.start_date
+    await Variable.aunset(BRIDGE_CHECKPOINT_VARIABLE)
