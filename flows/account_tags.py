@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from prefect import flow
@@ -20,6 +20,7 @@ from pydantic import Field, field_validator
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import AccountUpdate, CustomerTrustAccount
+from runtime.form import Maybe, title
 from tasks.accounts import list_tag_categories, read_tag_category, update_account
 from write_engine.inputs import (
     Identifier,
@@ -292,18 +293,27 @@ def read_account_items(
 
 @flow(name="Update account tags", validate_parameters=True)
 async def update_account_tags(
-    accounts: list[dict[str, Any]] | None = None,
-    input_file: str | None = None,
-    dry_run: bool = False,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    accounts: Annotated[Maybe[list[dict[str, Any]]], title("Accounts")] = None,
+    input_file: Annotated[Maybe[str], title("Input file")] = None,
+    dry_run: Annotated[bool, title("Dry run")] = False,
+    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Set tags per category (and optionally name, email domain, custom fields) on accounts.
 
-    ``accounts`` is a list of ``{"account_id", "tags": {category_id: [tag_id, ...]}, "name"?,
-    "email_domain"?, "custom_fields"?: {label: value}}``; a CSV ``input_file`` has one row per
-    account and category. Category and tag ids are checked against the service's tag
-    categories before any write. The service REPLACES an account's tags in each category named
-    (an empty list removes them all); categories not named are left as they are.
+    Category and tag ids are checked against the service's tag categories before any write.
+    The service REPLACES an account's tags in each category named (an empty list removes them
+    all); categories not named are left as they are.
+
+    Args:
+        accounts: The accounts to change, each {"account_id": ..., "tags": {category_id:
+            [tag_id, ...]}, "name"?, "email_domain"?, "custom_fields"?: {label: value}}, e.g.
+            [{"account_id": "acc-1", "tags": {"cat-1": ["tag-1"]}}].
+        input_file: Path, on the worker's machine, of a CSV file with one row per account and
+            category: account_id, category_id, tag_ids (separated by ';', or NONE to remove
+            all of the category's tags), optional name, email_domain and custom_field:<label>
+            columns; or of a JSON list of account objects as above.
+        dry_run: Only report what would change; nothing is written.
+        concurrency: How many accounts are updated at the same time (1 to 32).
     """
     parsed = read_account_items(accounts, input_file)
     return await run_write_job(AccountTags(), parsed, dry_run=dry_run, concurrency=concurrency)

@@ -18,7 +18,7 @@ digests keep counters and a bounded number of rows.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from prefect import flow, get_run_logger
 from prefect.events import Event
@@ -47,11 +47,14 @@ from read_reports.tables import (
 )
 from runtime.connection import compliance_client
 from runtime.events import EventSink
+from runtime.form import Maybe, one_of, title
 from runtime.task_inputs import unwalked
 from tasks.connector_resources import read_package_vulnerabilities, read_security_training
 from tasks.events import send_events
 
 KNOWN_FRAMEWORKS = ("SOC2", "ISO27001", "HIPAA", "PCI", "GDPR", "CCPA")
+#: the form offers the known frameworks; the flow checks (and upper-cases) the values itself
+Framework = Annotated[str, one_of(*KNOWN_FRAMEWORKS)]
 
 
 class VulnerabilityReport(BaseModel):
@@ -96,17 +99,28 @@ def _check_frameworks(value: list[str] | None) -> frozenset[str] | None:
 
 @flow(name="package-vulnerability-digest", log_prints=False)
 async def package_vulnerability_digest(
-    resource_id: str,
-    min_severity: float = 0.0,
-    event_min_severity: float = 9.0,
-    event_reachable_only: bool = True,
-    emit_events: bool = True,
-    top_n: int = 100,
+    resource_id: Annotated[str, title("Connector resource id")],
+    min_severity: Annotated[float, title("Minimum severity")] = 0.0,
+    event_min_severity: Annotated[float, title("Action severity")] = 9.0,
+    event_reachable_only: Annotated[bool, title("Reachable findings only")] = True,
+    emit_events: Annotated[bool, title("Send events")] = True,
+    top_n: Annotated[int, title("Findings listed")] = 100,
 ) -> VulnerabilityReport:
     """Digest one connector resource's vulnerable packages; events for what needs action now.
 
-    ``min_severity`` hides findings below it from the digest; a finding needs action when it is
-    at or above ``event_min_severity`` and (unless ``event_reachable_only`` is off) reachable.
+    Args:
+        resource_id: The registered connector resource to read (its id from the developer
+            console).
+        min_severity: Findings below this severity (0 to 10) are left out of the digest and
+            only counted.
+        event_min_severity: A finding at or above this severity (0 to 10; 9 is critical)
+            needs action.
+        event_reachable_only: Only reachable findings need action. Off: every finding at or
+            above the action severity does.
+        emit_events: Send one compliance.vulnerability.action_required event per finding that
+            needs action.
+        top_n: How many findings the table lists, reachable and resolvable first, then by
+            severity.
     """
     resource_id = check_resource_id(resource_id)
     floor = _check_severity("min_severity", min_severity)
@@ -192,16 +206,23 @@ async def _publish_vulnerabilities(
 
 @flow(name="security-training-report", log_prints=False)
 async def security_training_report(
-    resource_id: str,
-    frameworks: list[str] | None = None,
-    as_of: str | None = None,
-    emit_events: bool = True,
-    top_n: int = 100,
+    resource_id: Annotated[str, title("Connector resource id")],
+    frameworks: Annotated[Maybe[list[Framework]], title("Frameworks")] = None,
+    as_of: Annotated[Maybe[str], title("Report time")] = None,
+    emit_events: Annotated[bool, title("Send events")] = True,
+    top_n: Annotated[int, title("Trainees listed")] = 100,
 ) -> TrainingReport:
     """Incomplete and overdue security training by trainee and framework; events per trainee.
 
-    ``frameworks`` limits the report to assignments fulfilling any of them (SOC2, ISO27001,
-    HIPAA, PCI, GDPR, CCPA); ``as_of`` is the time "overdue" is measured at (default: now).
+    Args:
+        resource_id: The registered connector resource to read (its id from the developer
+            console).
+        frameworks: Only assignments fulfilling any of these frameworks (SOC2, ISO27001,
+            HIPAA, PCI, GDPR, CCPA). Empty: all assignments.
+        as_of: The time "overdue" is measured at (ISO 8601, e.g. '2025-01-31'). Empty: now.
+        emit_events: Send one compliance.security_training.overdue event per trainee with
+            overdue training (listing what is overdue).
+        top_n: How many trainees the table lists, most overdue first.
     """
     resource_id = check_resource_id(resource_id)
     chosen = _check_frameworks(frameworks)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from prefect import flow
 from prefect.client.schemas.objects import State
@@ -29,6 +29,7 @@ from compliance_api.errors import (
 )
 from compliance_api.models import DocumentLinkCreate
 from compliance_api.settings import load_settings
+from runtime.form import Maybe, title
 from tasks.documents import create_document_link
 from write_engine.inputs import (
     Identifier,
@@ -210,19 +211,29 @@ def read_link_items(
 
 @flow(name="Attach document links", validate_parameters=True)
 async def attach_document_links(
-    links: list[dict[str, object]] | None = None,
-    input_file: str | None = None,
-    unconfirmed_links: UnconfirmedLinks = "report",
-    dry_run: bool = False,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    links: Annotated[Maybe[list[dict[str, object]]], title("Links")] = None,
+    input_file: Annotated[Maybe[str], title("Manifest file")] = None,
+    unconfirmed_links: Annotated[UnconfirmedLinks, title("Unconfirmed links")] = "report",
+    dry_run: Annotated[bool, title("Dry run")] = False,
+    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Attach links to documents from a manifest, never attaching the same link twice.
 
-    ``links`` is a list of ``{"document_id", "url", "title", "description"?,
-    "effective_date"?}``; ``input_file`` is a CSV/JSON manifest with those columns. A link an
-    earlier run attached is skipped. A link whose earlier attempt got no clear answer is
-    reported as needs_review; after checking the document, run again with
-    ``unconfirmed_links="resend"`` (it is not there) or ``"mark_attached"`` (it is).
+    A link an earlier run attached is skipped. A link whose earlier attempt got no clear
+    answer is reported as needs_review, not sent again: check the document, then run again
+    with unconfirmed links 'resend' or 'mark_attached'.
+
+    Args:
+        links: The links to attach, each {"document_id": ..., "url": ..., "title": ...,
+            "description"?, "effective_date"?}; the url must be http(s), the date ISO 8601.
+            E.g. [{"document_id": "doc-1", "url": "https://evidence.example/a", "title": "A"}].
+        input_file: Path, on the worker's machine, of the manifest: a CSV/JSON file with the
+            columns (or keys) document_id, url, title, description, effective_date.
+        unconfirmed_links: What to do with links needing review: 'report' them again; after
+            checking the document, 'resend' them (the link is not there) or 'mark_attached'
+            (it is).
+        dry_run: Only report what would be attached; nothing is written.
+        concurrency: How many links are attached at the same time (1 to 32).
     """
     parsed = read_link_items(links, input_file)
     with document_links_job(unconfirmed_links) as job:

@@ -5,8 +5,10 @@ Runbook:
 1. Take the bridge's lock (a lock on the Prefect server, ``runtime/locks.py``): an
    overlapping scheduled run waits for the running one, then finds nothing new; it gives up
    after ``lock_wait_seconds``. A killed run's lease runs out within about 75 s.
-2. Load the checkpoint from its Prefect Variable (first run: ``start_date``, default "now", so a
-   new bridge does not replay months of history into automations unless asked to).
+2. Load the checkpoint from its Prefect Variable. Bootstrap records where a new bridge starts
+   (shortly before the stack came up), so nothing logged before its first run is missed and
+   months of history are not replayed into automations unless asked to (``start_date`` with
+   ``reset_checkpoint``).
 3. For each page of 100 entries after the checkpoint: build one event per entry (naming rule in
    ``audit_log/events.py``), send them and wait for the server to accept them, *then* save the
    checkpoint.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Annotated
 
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, Field
@@ -43,6 +46,7 @@ from read_reports.filters import (
 )
 from runtime.connection import compliance_client
 from runtime.events import EventSink
+from runtime.form import Maybe, title
 from runtime.locks import LockTimeoutError
 from runtime.task_inputs import unwalked
 from tasks.event_logs import load_bridge_checkpoint, save_bridge_checkpoint
@@ -78,18 +82,29 @@ def check_variable_name(parameter: str, value: str) -> str:
 
 @flow(name="bridge-event-log", log_prints=False)
 async def bridge_event_log(
-    start_date: str | None = None,
-    page_size: int = 100,
-    max_pages: int | None = None,
-    checkpoint_variable: str = DEFAULT_CHECKPOINT_VARIABLE,
-    lock_name: str = DEFAULT_LOCK,
-    lock_wait_seconds: float = 60.0,
-    reset_checkpoint: bool = False,
+    start_date: Annotated[Maybe[str], title("Start date")] = None,
+    page_size: Annotated[int, title("Page size")] = 100,
+    max_pages: Annotated[Maybe[int], title("Max pages")] = None,
+    checkpoint_variable: Annotated[str, title("Checkpoint variable")] = DEFAULT_CHECKPOINT_VARIABLE,
+    lock_name: Annotated[str, title("Lock name")] = DEFAULT_LOCK,
+    lock_wait_seconds: Annotated[float, title("Lock wait (seconds)")] = 60.0,
+    reset_checkpoint: Annotated[bool, title("Reset checkpoint")] = False,
 ) -> BridgeResult:
     """Emit one Prefect event per new audit-log entry, resuming from the stored checkpoint.
 
-    ``start_date`` (ISO 8601) applies to the first run only (or with ``reset_checkpoint``);
-    later runs resume from the checkpoint. ``max_pages`` bounds one run (catch up in slices).
+    Args:
+        start_date: Where a bridge with no checkpoint starts (ISO 8601, e.g. '2025-01-31').
+            Empty: now. Bootstrap already records a start for the deployed bridge, so this
+            applies with reset checkpoint (or a new checkpoint variable); otherwise runs
+            resume from the checkpoint.
+        page_size: Audit-log entries read per API call (1 to 100).
+        max_pages: Stop after this many pages, to catch up in slices. Empty: read to the end.
+        checkpoint_variable: The Prefect variable holding the checkpoint (lowercase letters,
+            digits, '-' and '_'). Change it only for a separate bridge.
+        lock_name: The lock on the Prefect server that keeps two runs from overlapping.
+        lock_wait_seconds: How long to wait for a running bridge before skipping this run
+            (the next run continues from the checkpoint).
+        reset_checkpoint: Ignore the stored checkpoint and start again at the start date.
     """
     first_start = parse_timestamp("start_date", start_date)
     page_size = check_page_size(page_size)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Annotated
 
 from filelock import FileLock, Timeout
 from prefect import flow, get_run_logger
@@ -36,6 +37,7 @@ from read_reports.filters import (
 )
 from read_reports.tables import markdown_table, publish_markdown
 from runtime.connection import compliance_client
+from runtime.form import Maybe, title
 from runtime.locks import LockTimeoutError
 from runtime.task_inputs import unwalked
 from tasks.event_logs import write_export_page
@@ -67,17 +69,28 @@ def _output_dir(value: str) -> Path:
 
 @flow(name="export-event-log", log_prints=False)
 async def export_event_log(
-    output_dir: str,
-    start_date: str | None = None,
-    page_size: int = 100,
-    max_pages: int | None = None,
-    lock_name: str = DEFAULT_LOCK,
-    lock_wait_seconds: float = 60.0,
+    output_dir: Annotated[str, title("Output directory")],
+    start_date: Annotated[Maybe[str], title("Start date")] = None,
+    page_size: Annotated[int, title("Page size")] = 100,
+    max_pages: Annotated[Maybe[int], title("Max pages")] = None,
+    lock_name: Annotated[str, title("Lock name")] = DEFAULT_LOCK,
+    lock_wait_seconds: Annotated[float, title("Lock wait (seconds)")] = 60.0,
 ) -> ExportResult:
-    """Append new audit-log entries to ``output_dir/event-log-YYYY-MM-DD.jsonl``, exactly once.
+    """Append new audit-log entries to output_dir/event-log-YYYY-MM-DD.jsonl, exactly once.
 
-    ``start_date`` (ISO 8601) applies to the first export into ``output_dir``; later runs resume
-    from ``output_dir/checkpoint.json``.
+    Args:
+        output_dir: The directory, on the worker's machine, of the day files and
+            checkpoint.json (created if missing). The deployment takes it from the Prefect
+            variable compliance_event_log_export_dir.
+        start_date: Where the first export into this directory starts (ISO 8601, e.g.
+            '2025-01-01'). Empty: the whole log. Later runs resume from
+            output_dir/checkpoint.json.
+        page_size: Audit-log entries read per API call (1 to 100).
+        max_pages: Stop after this many pages, to catch up in slices. Empty: read to the end.
+        lock_name: The lock on the Prefect server that keeps two exports from running at once
+            (a file lock in the directory guards this machine too).
+        lock_wait_seconds: How long to wait for a running export before skipping this run
+            (the next run continues from the checkpoint).
     """
     directory = _output_dir(output_dir)
     first_start = parse_timestamp("start_date", start_date)

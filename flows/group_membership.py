@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from prefect import flow
@@ -20,6 +20,7 @@ from prefect.client.schemas.objects import State
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateStatus
+from runtime.form import Maybe, title
 from runtime.task_inputs import unwalked
 from tasks.groups import PersonAnswer, add_people_to_group
 from write_engine import collector
@@ -178,18 +179,28 @@ def read_membership_items(
 
 @flow(name="Add people to groups", validate_parameters=True)
 async def add_people_to_groups(
-    group_ids: list[str] | None = None,
-    person_ids: list[str] | None = None,
-    input_file: str | None = None,
-    dry_run: bool = False,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    group_ids: Annotated[Maybe[list[str]], title("Group ids")] = None,
+    person_ids: Annotated[Maybe[list[str]], title("Person ids")] = None,
+    input_file: Annotated[Maybe[str], title("Input file")] = None,
+    dry_run: Annotated[bool, title("Dry run")] = False,
+    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Add people to one or more groups, 100 people per call.
 
-    Give ``group_ids`` plus ``person_ids`` inline, or a CSV/JSON ``input_file`` of people (with
-    an optional ``group_id`` per row). Every id is checked first; duplicates are dropped and
-    reported. Per-person errors (e.g. an unknown person) are collected with the service's
-    message; the run is Failed (red) if any person was not added.
+    Every id is checked first; duplicates are dropped and reported. Per-person errors (e.g. an
+    unknown person) are collected with the service's message; the run is Failed (red) if any
+    person was not added.
+
+    Args:
+        group_ids: Groups to add the people to: every person goes into every group. Also the
+            groups of file rows that have no group_id.
+        person_ids: People to add (needs group ids), e.g. ['p-1', 'p-2'].
+        input_file: Path, on the worker's machine, of a CSV file with a column person_id and
+            an optional group_id, or of a JSON list of person ids or of
+            {"person_id", "group_id"?} objects.
+        dry_run: Only report what would be added; nothing is written.
+        concurrency: How many add-people calls (up to 100 people each) are in flight at the
+            same time (1 to 32).
     """
     with collector.paused():
         parsed = read_membership_items(group_ids, person_ids, input_file)

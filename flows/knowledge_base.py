@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from prefect import flow, get_run_logger
 from prefect.events import Event
@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from compliance_api.client import ComplianceClient, check_page_size
 from compliance_api.errors import InputError
 from compliance_api.models import (
+    KnowledgeBaseResourceType,
     Page,
 )
 from read_reports.events import kb_item_event
@@ -40,12 +41,16 @@ from read_reports.freshness import FreshnessRules, FreshnessTally, Reason, as_it
 from read_reports.tables import markdown_table, publish_markdown, publish_table, shown_note
 from runtime.connection import compliance_client
 from runtime.events import EventSink
+from runtime.form import Maybe, one_of, title
 from runtime.task_inputs import unwalked
 from tasks.events import send_events
 from tasks.knowledge_base import read_answers_page, read_resources_page
 
 Source = Literal["resources", "answer_library"]
 SOURCES: tuple[Source, ...] = ("resources", "answer_library")
+#: choices the form offers; the flow checks the values itself (its error names the field)
+SourceChoice = Annotated[str, one_of(*get_args(Source))]
+ResourceType = Annotated[str, one_of(*(member.value for member in KnowledgeBaseResourceType))]
 
 
 class FreshnessReport(BaseModel):
@@ -199,27 +204,45 @@ async def publish_freshness_report(params: FreshnessParameters, tally: Freshness
 
 @flow(name="knowledge-base-freshness", log_prints=False)
 async def knowledge_base_freshness(
-    q: str | None = None,
-    types: list[str] | None = None,
-    tags: list[str] | None = None,
-    last_updated_after: str | None = None,
-    last_updated_before: str | None = None,
-    expires_after: str | None = None,
-    expires_before: str | None = None,
-    expiring_within_days: int = 30,
-    not_verified_days: int = 180,
-    sources: list[str] | None = None,
-    as_of: str | None = None,
-    emit_events: bool = True,
-    page_size: int = 100,
-    top_n: int = 50,
+    q: Annotated[Maybe[str], title("Search text")] = None,
+    types: Annotated[Maybe[list[ResourceType]], title("Resource types")] = None,
+    tags: Annotated[Maybe[list[str]], title("Tags")] = None,
+    last_updated_after: Annotated[Maybe[str], title("Updated after")] = None,
+    last_updated_before: Annotated[Maybe[str], title("Updated before")] = None,
+    expires_after: Annotated[Maybe[str], title("Expires after")] = None,
+    expires_before: Annotated[Maybe[str], title("Expires before")] = None,
+    expiring_within_days: Annotated[int, title("Expiring within (days)")] = 30,
+    not_verified_days: Annotated[int, title("Not verified for (days)")] = 180,
+    sources: Annotated[Maybe[list[SourceChoice]], title("Sources")] = None,
+    as_of: Annotated[Maybe[str], title("Report time")] = None,
+    emit_events: Annotated[bool, title("Send events")] = True,
+    page_size: Annotated[int, title("Page size")] = 100,
+    top_n: Annotated[int, title("Most urgent items listed")] = 50,
 ) -> FreshnessReport:
     """Report expired, soon-expiring and unverified knowledge-base items, by owner.
 
-    Filters: ``q`` (full text), ``types`` (FILE/URL; resources only, so setting it leaves the
-    answer library out unless ``sources`` names it), ``tags``
-    (``"categoryId:tagId"``), ``last_updated_after/before`` and ``expires_after/before`` (ISO
-    8601; a bare date is midnight UTC). ``as_of`` is the report time (default: now).
+    Times are ISO 8601, e.g. '2025-01-31' (a bare date is midnight UTC) or
+    '2025-01-31T12:00:00Z'.
+
+    Args:
+        q: Only items matching this full-text search. Empty: no text filter.
+        types: Only resources of these types (FILE, URL). Answers have no type, so setting
+            this leaves the answer library out unless sources names it.
+        tags: Only items with any of these tags, each 'categoryId:tagId', e.g. 'cat-1:tag-7'.
+        last_updated_after: Only items last updated after this time (ISO 8601).
+        last_updated_before: Only items last updated before this time (ISO 8601).
+        expires_after: Only items expiring after this time (ISO 8601).
+        expires_before: Only items expiring before this time (ISO 8601).
+        expiring_within_days: An item expiring within this many days of the report time is
+            "expiring soon" (and gets an event).
+        not_verified_days: An item nobody verified for this many days is "not verified".
+        sources: What to scan: 'resources' (the knowledge base) and/or 'answer_library'.
+            Empty: both, or only resources when types is set.
+        as_of: The time the report is made for (ISO 8601). Empty: now.
+        emit_events: Send one event per item expiring soon and per expired item, so an
+            automation can tell its owner.
+        page_size: Items read per API call (1 to 100).
+        top_n: How many of the most urgent items the table lists (the counts cover all).
     """
     params = FreshnessParameters(
         filters=ListFilters(

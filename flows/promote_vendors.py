@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from prefect import flow
 from prefect.client.schemas.objects import State
@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import ConflictError
 from compliance_api.models import Vendor
+from runtime.form import Maybe, title
 from tasks.vendors import promote_discovered_vendor
 from write_engine.inputs import (
     Identifier,
@@ -139,17 +140,25 @@ def read_vendor_items(
 
 @flow(name="Promote discovered vendors", validate_parameters=True)
 async def promote_discovered_vendors(
-    discovered_vendor_ids: list[str] | None = None,
-    input_file: str | None = None,
-    dry_run: bool = False,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    discovered_vendor_ids: Annotated[Maybe[list[str]], title("Discovered vendor ids")] = None,
+    input_file: Annotated[Maybe[str], title("Input file")] = None,
+    dry_run: Annotated[bool, title("Dry run")] = False,
+    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Promote discovered vendors to managed vendors.
 
-    Give the ids inline (``discovered_vendor_ids``) or a CSV/JSON file (``input_file``). Every
-    id is checked before the first call; ``dry_run`` only reports what would be promoted.
-    Vendors already managed count as succeeded; unknown ids fail as "not found". The run is
-    Failed (red) if any vendor failed; rerun just those with ``rerun_failed_items``.
+    Every id is checked before the first call. Vendors already managed count as succeeded;
+    unknown ids fail as "not found". The run is Failed (red) if any vendor failed; rerun just
+    those with rerun_failed_items.
+
+    Args:
+        discovered_vendor_ids: Ids of the discovered vendors to promote, e.g. ['dv-7'].
+            Can be combined with an input file; an id given twice is promoted once.
+        input_file: Path, on the worker's machine, of a CSV file with a column
+            discovered_vendor_id, or of a JSON list of ids or of {"discovered_vendor_id": ...}
+            objects.
+        dry_run: Only report what would be promoted; nothing is written.
+        concurrency: How many vendors are promoted at the same time (1 to 32).
     """
     parsed = read_vendor_items(discovered_vendor_ids, input_file)
     return await run_write_job(VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from prefect import flow
 from prefect.client.schemas.objects import State
@@ -28,6 +28,7 @@ from compliance_api.models import (
     QuestionnaireStatus,
     QuestionnaireUpdate,
 )
+from runtime.form import Maybe, one_of, title
 from tasks.questionnaires import approve_questionnaire, update_questionnaire
 from write_engine.inputs import (
     Identifier,
@@ -46,6 +47,11 @@ ENTITLEMENT = "QuestionnaireAutomationAdvanced"
 APPROVED = QuestionnaireStatus.APPROVED.value
 SETTABLE = sorted(status.value for status in SETTABLE_QUESTIONNAIRE_STATUSES)
 ActorKind = Literal["User", "Team"]
+#: a route step: the form offers the settable statuses (in the service's order); the route's
+#: own check names a wrong one
+RouteStatus = Annotated[
+    str, one_of(*(s.value for s in QuestionnaireStatus if s in SETTABLE_QUESTIONNAIRE_STATUSES))
+]
 
 
 class QuestionnaireRouteInput(ItemInput):
@@ -303,28 +309,49 @@ def read_route_items(
 
 @flow(name="Route questionnaires to approval", validate_parameters=True)
 async def route_questionnaires(
-    questionnaire_ids: list[str] | None = None,
-    route: list[str] | None = None,
-    owner_id: str | None = None,
-    owner_type: ActorKind = "User",
-    approver_id: str | None = None,
-    approver_type: ActorKind = "User",
-    due_date: datetime | None = None,
-    tags: list[str] | None = None,
-    approve: bool = True,
-    approval_message: str | None = None,
-    input_file: str | None = None,
-    dry_run: bool = False,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    questionnaire_ids: Annotated[Maybe[list[str]], title("Questionnaire ids")] = None,
+    route: Annotated[Maybe[list[RouteStatus]], title("Route")] = None,
+    owner_id: Annotated[Maybe[str], title("Owner id")] = None,
+    owner_type: Annotated[ActorKind, title("Owner type")] = "User",
+    approver_id: Annotated[Maybe[str], title("Approver id")] = None,
+    approver_type: Annotated[ActorKind, title("Approver type")] = "User",
+    due_date: Annotated[Maybe[datetime], title("Due date")] = None,
+    tags: Annotated[Maybe[list[str]], title("Tags")] = None,
+    approve: Annotated[bool, title("Approve")] = True,
+    approval_message: Annotated[Maybe[str], title("Approval message")] = None,
+    input_file: Annotated[Maybe[str], title("Input file")] = None,
+    dry_run: Annotated[bool, title("Dry run")] = False,
+    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Assign, route through review statuses and approve questionnaires.
 
-    ``route`` lists statuses to set in order (only IN_PROGRESS, IN_REVIEW, READY_FOR_REVIEW,
-    WAITING_ON_ANSWERS, ON_HOLD, NO_LONGER_NEEDED; anything else stops the run before any
-    call). ``tags`` are ``category_id:tag_id`` and replace all of a questionnaire's tags. With
-    ``approve`` the questionnaire is then approved with ``approval_message``. Steps a
-    questionnaire has already reached are skipped; a missing entitlement for the approver
-    fails that questionnaire with a clear reason.
+    Per questionnaire: the assignments (one update), then each status of the route, then the
+    approval. Steps a questionnaire has already reached are skipped; a step that fails stops
+    that questionnaire (the others go on) and its rerun sends only the steps not done.
+
+    Args:
+        questionnaire_ids: Questionnaires to process; each gets the route, assignments and
+            approval of this run. Can be combined with an input file.
+        route: Statuses to set, in this order. Settable: IN_PROGRESS, IN_REVIEW,
+            READY_FOR_REVIEW, WAITING_ON_ANSWERS, ON_HOLD, NO_LONGER_NEEDED (approval is the
+            separate approve step); anything else stops the run before any call.
+        owner_id: Assign this owner (a user or team id, see owner type).
+        owner_type: Whether the owner id is a User or a Team.
+        approver_id: Assign this approver (a user or team id). Needs the
+            QuestionnaireAutomationAdvanced entitlement: without it the questionnaire fails
+            with that reason.
+        approver_type: Whether the approver id is a User or a Team.
+        due_date: Set this due date (ISO 8601, e.g. '2025-06-30T17:00:00Z').
+        tags: Set these tags, each 'category_id:tag_id'; they REPLACE all of the
+            questionnaire's tags.
+        approve: Approve each questionnaire after its route (unless it is already approved).
+        approval_message: The status-change message of the approval. Empty: one naming the
+            route.
+        input_file: Path, on the worker's machine, of a CSV/JSON file with one row per
+            questionnaire: questionnaire_id plus any of the fields above as columns (or keys);
+            a field a row leaves out comes from this run's parameters.
+        dry_run: Only report what would be done; nothing is written.
+        concurrency: How many questionnaires are processed at the same time (1 to 32).
     """
     defaults = {
         "route": route,

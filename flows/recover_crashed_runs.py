@@ -19,7 +19,7 @@ event of a run tagged ``crash-recovery`` (every deployment in prefect.yaml but t
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
@@ -27,6 +27,7 @@ from prefect.client.schemas.objects import StateType
 from pydantic import BaseModel
 
 from compliance_api.errors import InputError
+from runtime.form import title
 from tasks.flow_runs import RunHistory, flow_run_uuid, read_run_history, reschedule_run
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -62,13 +63,14 @@ def _flow_run_id(value: str) -> str:
 
 @flow(name="recover-crashed-run", log_prints=False)
 async def recover_crashed_run(
-    flow_run_id: str, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    flow_run_id: Annotated[str, title("Flow run id")],
+    max_attempts: Annotated[int, title("Max crashes")] = DEFAULT_MAX_ATTEMPTS,
 ) -> RecoveryResult:
-    """Start a crashed flow run again, at most ``max_attempts`` crashes in all, or report it.
+    """Start a crashed flow run again, at most max_attempts crashes in all, or report it.
 
     Args:
         flow_run_id: The crashed flow run (its id, or the event resource id
-            ``prefect.flow-run.<id>``).
+            'prefect.flow-run.<id>').
         max_attempts: Crashes after which the run is left for an operator instead of being
             scheduled again (1 to 10; the first crash counts).
     """

@@ -25,7 +25,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Annotated, Any
 
 from prefect import flow
 from prefect.client.orchestration import get_client
@@ -39,6 +39,7 @@ from flows.document_links import UnconfirmedLinks, document_links_job
 from flows.group_membership import GroupMembership
 from flows.promote_vendors import VendorPromotion
 from flows.questionnaires import QuestionnaireRouting
+from runtime.form import Maybe, title
 from write_engine.inputs import ItemInput, ParsedItems, dedupe, parse_item
 from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
 from write_engine.reporting import FailedItemsRecord, read_failed_items
@@ -120,22 +121,34 @@ def _split(
 
 @flow(name="Rerun failed items", flow_run_name="rerun-{flow_run_id}", validate_parameters=True)
 async def rerun_failed_items(
-    flow_run_id: str,
-    attempt: int | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    unconfirmed_links: UnconfirmedLinks = "report",
-    dry_run: bool = False,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    retryable_only: bool = False,
+    flow_run_id: Annotated[str, title("Flow run id")],
+    attempt: Annotated[Maybe[int], title("Attempt")] = None,
+    max_attempts: Annotated[int, title("Max attempts")] = DEFAULT_MAX_ATTEMPTS,
+    unconfirmed_links: Annotated[UnconfirmedLinks, title("Unconfirmed links")] = "report",
+    dry_run: Annotated[bool, title("Dry run")] = False,
+    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    retryable_only: Annotated[bool, title("Retryable items only")] = False,
 ) -> RunSummary | State[Any]:
     """Rerun exactly the failed items of an earlier run of any write flow (or of a rerun).
 
-    ``attempt`` numbers this rerun (the original run is attempt 1); left empty, it is the
-    earlier run's attempt + 1. Past ``max_attempts`` the rerun refuses to start.
-    ``unconfirmed_links`` only matters for document links reported needs_review: "resend" or
-    "mark_attached" after checking them. ``retryable_only`` (what the automatic rerun uses)
-    sends only the items that failed for a transient reason and reports the others again,
-    unsent.
+    Items that succeeded are never sent again; a questionnaire resumes at the step that failed.
+
+    Args:
+        flow_run_id: The earlier run whose failed items to send again: its flow run id (a
+            UUID), shown in its logs and on its page in the UI.
+        attempt: Which attempt this rerun is; the original run is attempt 1. Empty: the
+            earlier run's attempt + 1.
+        max_attempts: The rerun refuses to start when its attempt is above this (the original
+            run counts). After the automatic reruns stopped, rerun by hand with a higher value.
+        unconfirmed_links: Only for document links reported needs_review (the service gave no
+            clear answer): 'report' reports them again; after checking the document, 'resend'
+            sends them (the link is not there) or 'mark_attached' records them as attached
+            (it is).
+        dry_run: Only report what would be sent; nothing is written.
+        concurrency: How many items are sent at the same time (1 to 32).
+        retryable_only: Send only the items that failed for a transient reason (what the
+            automatic rerun does). The others (not found, permission denied, links to review)
+            are reported again, unsent, and stay in this run's failed-items record.
     """
     run_id = _check_run_id(flow_run_id)
     record = await _failed_items_of(run_id)

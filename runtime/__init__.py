@@ -3,6 +3,7 @@
 Entry points: ``connection.compliance_client()`` (a data client whose token comes from the
 shared broker), ``retries`` (which task failures Prefect retries), ``token_backends`` (the
 Prefect-backed rate limit, token store and token lock), ``locks`` (mutual exclusion by name
-across machines), ``events.EventSink`` (events the server has accepted) and
-``task_inputs.unwalked`` (large task arguments without Prefect walking them).
+across machines), ``events.EventSink`` (events the server has accepted),
+``task_inputs.unwalked`` (large task arguments without Prefect walking them) and ``form`` (how
+flow parameters look in the UI's run form).
 """
