@@ -27,6 +27,7 @@ from tests.fixtures.stack import (
     finished,
     flow_runs,
     run_deployment,
+    state_of,
 )
 
 pytestmark = pytest.mark.timeout(480)
@@ -87,6 +88,12 @@ def emit_failed_items_event(stack: LocalStack, run_id: str, attempt: int) -> Non
         },
     }
     stack.request("POST", "/events", [event])
+
+
+def retry_from_the_ui(stack: LocalStack, flow_run_id: str) -> None:
+    """What the UI's Retry button sends: the run back to Scheduled (AwaitingRetry), forced."""
+    state = {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}
+    stack.request("POST", f"/flow_runs/{flow_run_id}/set_state", {"state": state, "force": True})
 
 
 def promoted(run: dict[str, Any]) -> str:
@@ -197,6 +204,21 @@ def test_audit_log_events_drive_deployments_end_to_end(
     assert stats["write_counts"]["questionnaire_patch"][questionnaire] == 1
     assert stats["token_mints"] == {DEMO_CLIENT_ID: 1}
     assert len(flow_runs(stack, RERUN)) == 3  # the rerun by hand's success starts nothing
+
+    # Prefect's own Retry button on the failed promotion reruns the whole flow with the same
+    # parameters: safe, the vendor is already managed and add-to-managed is idempotent
+    failed_state = state_of(stack, failed_promotion["id"])
+    retry_from_the_ui(stack, failed_promotion["id"])
+    retried = eventually(
+        "the retried run to finish",
+        lambda: (
+            (s := finished(stack, failed_promotion["id"])) and s["id"] != failed_state["id"] and s
+        ),
+    )
+    assert retried["type"] == "COMPLETED", retried
+    after_retry = control.stats()["write_counts"]["add_to_managed"]
+    assert after_retry[refused_vendor] == 2  # one more call, answered with the same vendor
+    assert len([r for r in flow_runs(stack, PROMOTE) if promoted(r) in vendors]) == 2
 
     assert_no_secret_in_prefect_database(stack)
     assert_stop_leaves_no_process(stack)
