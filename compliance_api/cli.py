@@ -5,8 +5,10 @@
     compliance-flows token-status             fingerprint and expiry of the stored token
     compliance-flows disconnect [--source-id ID]
 
-Settings come from COMPLIANCE_* variables (or .env). These commands use the local token store;
-deployments that keep tokens on the Prefect server use the ``disconnect_customer`` flow.
+Settings come from COMPLIANCE_* variables (or .env), never from a Compliance Credentials block
+(that needs Prefect; COMPLIANCE_CREDENTIALS_BLOCK is ignored). These commands use the local
+token store; deployments that keep tokens on the Prefect server use the ``disconnect_customer``
+flow.
 """
 
 from __future__ import annotations

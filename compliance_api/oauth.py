@@ -338,7 +338,8 @@ def _error_for(operation: str, response: httpx.Response) -> APIStatusError:
     if code == "invalid_client":
         return InvalidClientError(
             f"{message}. The service rejected the application's credentials: update "
-            f"{ENV_PREFIX}CLIENT_SECRET (after a secret rotation) or {ENV_PREFIX}CLIENT_ID",
+            f"{ENV_PREFIX}CLIENT_SECRET (after a secret rotation) or {ENV_PREFIX}CLIENT_ID, or "
+            f"the client_secret or client_id of the block {ENV_PREFIX}CREDENTIALS_BLOCK names",
             **common,
         )
     if code == "invalid_scope":

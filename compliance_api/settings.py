@@ -6,6 +6,8 @@ with a message naming the environment variable, and never the value of a secret.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -236,8 +238,24 @@ def load_settings(**overrides: Any) -> Settings:
 
     Input values are left out of the message on purpose: they may be secrets.
     """
+    return load_settings_from(overrides)
+
+
+def load_settings_from(
+    values: Mapping[str, Any],
+    *,
+    labels: Mapping[str, str] | None = None,
+    origin: str | None = None,
+) -> Settings:
+    """Settings from ``values`` over the environment, checked as :func:`load_settings` does.
+
+    For values that come from somewhere else than the environment (a credentials block):
+    ``labels`` maps a field to the name an error shows instead of its environment variable
+    (``{"source_id": "block field source_id"}``), and ``origin`` says where they came from in
+    the error's first line. Every other field is still named by its environment variable.
+    """
     try:
-        return Settings(**overrides)
+        return Settings(**values)
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_input=False, include_url=False):
@@ -246,4 +264,14 @@ def load_settings(**overrides: Any) -> Settings:
                 message = "is required but not set"
             name = _env_name(tuple(error["loc"]))
             problems.append(message if message.startswith(ENV_PREFIX) else f"{name}: {message}")
-        raise ConfigurationError("Invalid settings:\n  " + "\n  ".join(problems)) from None
+        heading = f"Invalid settings ({origin}):" if origin else "Invalid settings:"
+        report = heading + "\n  " + "\n  ".join(problems)
+        raise ConfigurationError(_relabel(report, labels or {})) from None
+
+
+def _relabel(text: str, labels: Mapping[str, str]) -> str:
+    """Replace each labelled field's environment variable name (a whole word) by its label."""
+    for field_name, label in labels.items():
+        variable = re.escape(f"{ENV_PREFIX}{field_name.upper()}")
+        text = re.sub(rf"\b{variable}\b", label.replace("\\", "\\\\"), text)
+    return text

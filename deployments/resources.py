@@ -27,6 +27,12 @@ from audit_log.checkpoints import (
 )
 from compliance_api.errors import ConfigurationError
 from compliance_api.settings import Settings
+from runtime.credentials import (
+    BLOCK_TYPE_NAME,
+    BLOCK_TYPE_SLUG,
+    CREDENTIALS_BLOCK_ENV,
+    ComplianceCredentials,
+)
 
 WORK_POOL_NAME = "compliance-process"
 WORK_POOL_TYPE = "process"
@@ -192,3 +198,23 @@ async def ensure_bridge_start(now: datetime | None = None) -> str:
     start = (now or datetime.now(UTC)) - BRIDGE_START_MARGIN
     await store.save(EventLogCheckpoint(start_date=start))
     return f"created the bridge checkpoint in variable {store.name}: from {start.isoformat()}"
+
+
+async def ensure_credentials_block_type() -> str:
+    """The ``Compliance Credentials`` block type, so operators can create one in the UI.
+
+    Registering is idempotent: the type is created once, and its schema again only when the
+    block's fields change (Prefect keeps one schema per checksum).
+    """
+    async with get_client() as client:
+        try:
+            await client.read_block_type_by_slug(BLOCK_TYPE_SLUG)
+            existed = True
+        except ObjectNotFound:
+            existed = False
+        await ComplianceCredentials.aregister_type_and_schema(client=client)
+    verb = "kept" if existed else "registered"
+    return (
+        f"{verb} block type {BLOCK_TYPE_NAME!r} (optional: flows use a block of it when "
+        f"{CREDENTIALS_BLOCK_ENV} names one)"
+    )

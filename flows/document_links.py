@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -28,7 +28,7 @@ from compliance_api.errors import (
     TransportError,
 )
 from compliance_api.models import DocumentLinkCreate
-from compliance_api.settings import load_settings
+from runtime.credentials import load_run_settings
 from runtime.form import Maybe, title
 from tasks.documents import create_document_link
 from write_engine.inputs import (
@@ -183,10 +183,12 @@ def _result(
     )
 
 
-@contextmanager
-def document_links_job(unconfirmed: UnconfirmedLinks = "report") -> Iterator[DocumentLinks]:
+@asynccontextmanager
+async def document_links_job(
+    unconfirmed: UnconfirmedLinks = "report",
+) -> AsyncIterator[DocumentLinks]:
     """The job with this tenant's ledger open (the tenant is the API and the application)."""
-    settings = load_settings()
+    settings = await load_run_settings()
     tenant = f"{settings.api_base_url}|{settings.client_id}|{settings.source_id or ''}"
     with LinkLedger(settings.state_dir, tenant) as ledger:
         yield DocumentLinks(ledger, unconfirmed)
@@ -236,5 +238,5 @@ async def attach_document_links(
         concurrency: How many links are attached at the same time (1 to 32).
     """
     parsed = read_link_items(links, input_file)
-    with document_links_job(unconfirmed_links) as job:
+    async with document_links_job(unconfirmed_links) as job:
         return await run_write_job(job, parsed, dry_run=dry_run, concurrency=concurrency)

@@ -24,7 +24,7 @@ import asyncio
 import sys
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Annotated, Any
 
 from prefect import flow
@@ -45,7 +45,7 @@ from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
 from write_engine.reporting import FailedItemsRecord, read_failed_items
 from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, run_write_job
 
-JobFactory = Callable[[UnconfirmedLinks], AbstractContextManager[WriteJob[Any]]]
+JobFactory = Callable[[UnconfirmedLinks], AbstractAsyncContextManager[WriteJob[Any]]]
 
 #: every write flow, by the key its failed-items record carries
 JOBS: dict[str, JobFactory] = {
@@ -179,7 +179,7 @@ async def rerun_failed_items(
             "record: fix them, then rerun this run by hand",
             len(kept),
         )
-    with factory(unconfirmed_links) as job:
+    async with factory(unconfirmed_links) as job:
         parsed = _parse_inputs(job, send)
         return await run_write_job(
             job,

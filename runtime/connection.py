@@ -11,6 +11,10 @@ Backend rule:
 - store + lock: ``COMPLIANCE_TOKEN_STORE=local`` (default; encrypted files under
   ``COMPLIANCE_STATE_DIR`` and a ``flock`` lock) or ``prefect`` (encrypted Prefect Variables and
   a lock on the Prefect server, ``runtime/locks.py``; for workers on several machines).
+
+Settings come from ``runtime.credentials.load_run_settings()``: the credentials block that
+``COMPLIANCE_CREDENTIALS_BLOCK`` names (read once per process) over the environment, or the
+environment alone.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from prefect.settings import get_current_settings
 
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import ConfigurationError
-from compliance_api.settings import Settings, load_settings
+from compliance_api.settings import Settings
 from compliance_api.tokens import TokenBroker, broker_from_settings, secret_fingerprint
 from compliance_api.tokens.factory import local_limiter, local_lock, local_store
 from compliance_api.tokens.limiter import RateLimiter
 from compliance_api.tokens.lock import TokenLock
 from compliance_api.tokens.store import TokenStore
+from runtime.credentials import forget_credentials, load_run_settings, run_settings
 from runtime.token_backends import (
     PrefectRateLimiter,
     PrefectTokenLock,
@@ -68,8 +73,12 @@ def _store_and_lock(settings: Settings, kind: StoreKind) -> tuple[TokenStore, To
 
 
 def shared_broker(settings: Settings | None = None) -> TokenBroker:
-    """The process-wide broker for these settings (created on first use, then reused)."""
-    settings = settings or load_settings()
+    """The process-wide broker for these settings (created on first use, then reused).
+
+    Without ``settings``: the run's settings (a credentials block must have been read already,
+    as ``compliance_client()`` and the token task do).
+    """
+    settings = settings or run_settings()
     kind = store_kind()
     identity = (
         os.getpid(),
@@ -94,14 +103,17 @@ def shared_broker(settings: Settings | None = None) -> TokenBroker:
 
 
 def forget_brokers() -> None:
-    """Drop cached brokers (tests, or after changing settings in a long-lived process)."""
+    """Drop cached brokers and credentials blocks (tests, or after changing settings in a
+    long-lived process)."""
     with _brokers_guard:
         _brokers.clear()
+    forget_credentials()
 
 
 @asynccontextmanager
 async def compliance_client(settings: Settings | None = None) -> AsyncIterator[ComplianceClient]:
-    """A ``ComplianceClient`` using the shared token; settings from the environment by default."""
-    settings = settings or load_settings()
+    """A ``ComplianceClient`` using the shared token; by default the run's settings (the
+    credentials block COMPLIANCE_CREDENTIALS_BLOCK names, or the environment)."""
+    settings = settings or await load_run_settings()
     async with ComplianceClient.from_settings(settings, shared_broker(settings)) as client:
         yield client

@@ -14,8 +14,9 @@ from prefect.cache_policies import NONE
 from prefect.logging import get_run_logger
 from pydantic import BaseModel
 
-from compliance_api.settings import Settings, load_settings
+from compliance_api.settings import Settings
 from runtime.connection import shared_broker
+from runtime.credentials import load_run_settings
 
 
 class SharedTokenInfo(BaseModel):
@@ -37,7 +38,7 @@ class SharedTokenInfo(BaseModel):
 )
 async def get_shared_access_token(settings: Settings | None = None) -> SharedTokenInfo:
     """Obtain (or reuse) the one token of this application; mints only if no one else has."""
-    settings = settings or load_settings()
+    settings = settings or await load_run_settings()
     token = await shared_broker(settings).get_token()
     get_run_logger().info(
         "Using shared token %s (expires %s)", token.fingerprint, token.expires_at.isoformat()
@@ -54,7 +55,7 @@ async def get_shared_access_token(settings: Settings | None = None) -> SharedTok
 @task(name="Suspend and delete customer tokens", cache_policy=NONE, persist_result=False)
 async def suspend_and_delete_tokens(source_id: str | None = None) -> bool:
     overrides = {"source_id": source_id} if source_id else {}
-    broker = shared_broker(load_settings(**overrides))
+    broker = shared_broker(await load_run_settings(**overrides))
     removed = await broker.disconnect()
     message = "suspended and deleted" if removed else "nothing stored for"
     get_run_logger().info("%s %s", message, broker.key.describe())

@@ -13,6 +13,13 @@ The literal values come from the sandbox (``GET /_sandbox/issued-credentials``: 
 and refresh token and client secret handed out since the session's sandbox started, resets
 included) plus the demo applications' published secrets. Sandboxes that single tests start for
 themselves are not covered by the token list (their client secrets are: the demo set is fixed).
+
+Runs that take their credentials from a ``Compliance Credentials`` block are covered: the
+activity below includes one, with no credentials in the environment. Its block is deleted when
+the run is over, because the scan reads every block document *with* its secrets and a block is
+meant to hold one; what the scan then proves is that the run left the secret nowhere else, and
+that the database file holds no plain-text copy of it (the block was stored encrypted).
+``tests/runtime/test_credentials_block.py`` checks the file while the block exists.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any
 import pytest
 
 from sandbox.runner import SandboxHandle
+from tests.fixtures.credentials import credentials_block
 from tests.fixtures.prefect import prefect_database_files
 
 DEMO_SECRETS = [
@@ -196,7 +204,8 @@ async def scan_prefect_api(secrets: Secrets, report: Report) -> None:
 @pytest.fixture
 async def activity(flow_env: SandboxHandle, monkeypatch: pytest.MonkeyPatch) -> SandboxHandle:
     """Runs that handle tokens and fail in the ways that tend to leak: a revoked token and its
-    re-mint mid-run, per-item errors, an exception, a rerun, a dry run."""
+    re-mint mid-run, per-item errors, an exception, a rerun, a dry run, and a run whose
+    credentials come from a Compliance Credentials block."""
     from flows.group_membership import add_people_to_groups
     from flows.promote_vendors import promote_discovered_vendors
     from flows.rerun import rerun_failed_items
@@ -231,6 +240,11 @@ async def activity(flow_env: SandboxHandle, monkeypatch: pytest.MonkeyPatch) -> 
         discovered_vendor_ids=seed["discovered_vendors"][:2], dry_run=True, return_state=True
     )
     await promote_discovered_vendors(discovered_vendor_ids=["bad id"], return_state=True)
+    async with credentials_block(sandbox):  # the credentials from a block, none in the env
+        state = await promote_discovered_vendors(
+            discovered_vendor_ids=seed["discovered_vendors"][2:3], return_state=True
+        )
+    assert state.is_completed(), state.message
     assert sandbox.control.stats()["token_mints"].get("demo-manage", 0) >= 2
     return sandbox
 
