@@ -14,6 +14,7 @@ use ``redacted`` to show one.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import asyncpg
 from sqlalchemy.engine import URL, make_url
@@ -24,6 +25,19 @@ MINIMUM_POSTGRES = (14, 9)
 
 class DatabaseError(RuntimeError):
     """The database named by ``--database-url`` cannot serve a Prefect server."""
+
+
+def local_postgres_url(database: str) -> str:
+    """A URL for ``database`` on the PostgreSQL server the libpq variables name (``PGHOST``,
+    ``PGPORT``, ``PGUSER``, ``PGPASSWORD``; default ``postgres@127.0.0.1:5432``)."""
+    user = os.environ.get("PGUSER", "postgres")
+    password = os.environ.get("PGPASSWORD")
+    host = os.environ.get("PGHOST", "127.0.0.1")
+    port = os.environ.get("PGPORT", "5432")
+    credentials = f"{user}:{password}" if password else user
+    if host.startswith("/"):
+        return f"{POSTGRES_DRIVER}://{credentials}@/{database}?host={host}&port={port}"
+    return f"{POSTGRES_DRIVER}://{credentials}@{host}:{port}/{database}"
 
 
 def parse_database_url(value: str) -> URL:

@@ -61,58 +61,52 @@ def grace_seconds() -> int:
 
 
 def unresponsive_run_automation(grace: int) -> AutomationCore:
-    return AutomationCore(
-        name=AUTOMATION_NAME,
-        description=(
-            f"A flow run that sent a heartbeat and then nothing for {grace} s (no heartbeat, no "
-            "final state) lost its process: it is marked Crashed so it stops showing as Running."
-        ),
-        trigger=EventTrigger(
-            after={"prefect.flow-run.heartbeat"},
-            expect={"prefect.flow-run.heartbeat", *_FINAL_EVENTS},
-            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
-            for_each={"prefect.resource.id"},
-            posture=Posture.Proactive,
-            threshold=1,
-            within=timedelta(seconds=grace),
-        ),
-        actions=[
-            ChangeFlowRunState(
-                state=StateType.CRASHED,
-                message=f"No heartbeat for {grace} s: the flow run's process is gone.",
-            )
-        ],
+    return _mark_crashed(
+        AUTOMATION_NAME,
+        f"A flow run that sent a heartbeat and then nothing for {grace} s (no heartbeat, no "
+        "final state) lost its process: it is marked Crashed so it stops showing as Running.",
+        after="prefect.flow-run.heartbeat",
+        expect={"prefect.flow-run.heartbeat", *_FINAL_EVENTS},
+        grace=grace,
+        message=f"No heartbeat for {grace} s: the flow run's process is gone.",
     )
 
 
 def stuck_pending_automation(grace: int) -> AutomationCore:
+    return _mark_crashed(
+        PENDING_AUTOMATION_NAME,
+        f"A flow run that stayed Pending for {grace} s never got its process (the worker "
+        "that took it is gone): it is marked Crashed, so crash recovery reschedules it.",
+        after="prefect.flow-run.Pending",
+        expect={
+            "prefect.flow-run.Running",
+            "prefect.flow-run.Scheduled",
+            "prefect.flow-run.AwaitingRetry",
+            "prefect.flow-run.AwaitingConcurrencySlot",
+            *_FINAL_EVENTS,
+        },
+        grace=grace,
+        message=f"Pending for {grace} s without starting: its worker is gone.",
+    )
+
+
+def _mark_crashed(
+    name: str, description: str, *, after: str, expect: set[str], grace: int, message: str
+) -> AutomationCore:
+    """A flow run that sent ``after`` and then none of ``expect`` for ``grace`` s: Crashed."""
     return AutomationCore(
-        name=PENDING_AUTOMATION_NAME,
-        description=(
-            f"A flow run that stayed Pending for {grace} s never got its process (the worker "
-            "that took it is gone): it is marked Crashed, so crash recovery reschedules it."
-        ),
+        name=name,
+        description=description,
         trigger=EventTrigger(
-            after={"prefect.flow-run.Pending"},
-            expect={
-                "prefect.flow-run.Running",
-                "prefect.flow-run.Scheduled",
-                "prefect.flow-run.AwaitingRetry",
-                "prefect.flow-run.AwaitingConcurrencySlot",
-                *_FINAL_EVENTS,
-            },
+            after={after},
+            expect=expect,
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,
             threshold=1,
             within=timedelta(seconds=grace),
         ),
-        actions=[
-            ChangeFlowRunState(
-                state=StateType.CRASHED,
-                message=f"Pending for {grace} s without starting: its worker is gone.",
-            )
-        ],
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, message=message)],
     )
 
 

@@ -14,6 +14,7 @@ from deployments.unresponsive_runs import (
     HEARTBEAT_SECONDS,
     ensure_unresponsive_run_detection,
     grace_seconds,
+    stuck_pending_automation,
 )
 from tests.fixtures.prefect_yaml import DEPLOYMENTS
 
@@ -59,3 +60,14 @@ async def test_bootstrap_creates_the_automation_once_and_keeps_an_operators_paus
     async with get_client() as client:
         (kept,) = await client.read_automations_by_name(AUTOMATION_NAME)
     assert kept.id == automation.id and not kept.enabled
+
+
+def test_a_run_left_pending_by_a_dead_worker_is_marked_crashed_after_the_grace() -> None:
+    automation = stuck_pending_automation(120)
+    trigger = automation.trigger
+    assert trigger.posture == "Proactive" and trigger.after == {"prefect.flow-run.Pending"}
+    assert {"prefect.flow-run.Running", "prefect.flow-run.Crashed"} <= trigger.expect
+    assert "prefect.flow-run.Pending" not in trigger.expect  # staying Pending is the symptom
+    assert trigger.for_each == {"prefect.resource.id"} and trigger.within.total_seconds() == 120
+    (action,) = automation.actions
+    assert action.state == StateType.CRASHED and "Pending for 120 s" in action.message
