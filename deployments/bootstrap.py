@@ -54,9 +54,11 @@ async def ensure_token_rate_limit(name: str | None = None) -> str:
 
 # The work pool and the variables prefect.yaml reads live in deployments/resources.py; the
 # automations come from the triggers in prefect.yaml, except the one that marks runs whose
-# process died Crashed (deployments/unresponsive_runs.py); the audit-log readers' run locks are
-# created on first use (runtime/locks.py); the credentials block type is registered so one can be
-# created in the UI (runtime/credentials.py).
+# process died Crashed (deployments/unresponsive_runs.py) and the one that notifies of failed
+# write runs when an operator asks for it (deployments/notifications.py); the audit-log readers'
+# run locks are created on first use (runtime/locks.py); the credentials block type is
+# registered so one can be created in the UI (runtime/credentials.py).
+from deployments.notifications import ensure_failure_notifications  # noqa: E402 - next to STEPS
 from deployments.resources import (  # noqa: E402 - kept next to the steps that use them
     ensure_bridge_start,
     ensure_credentials_block_type,
@@ -74,6 +76,7 @@ STEPS: list[Callable[[], Awaitable[str]]] = [
     ensure_bridge_start,
     ensure_unresponsive_run_detection,
     ensure_credentials_block_type,
+    ensure_failure_notifications,
 ]
 
 

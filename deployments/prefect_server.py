@@ -66,6 +66,9 @@ class PrefectServer:
         env["PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED"] = "true"
         env["PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED"] = "true"
         env["PREFECT_UI_API_URL"] = self.api_url
+        # links in notifications (`ui_url` in automation templates) are built from this; without
+        # PREFECT_API_URL in the server's environment Prefect cannot infer it
+        env.setdefault("PREFECT_UI_URL", self.ui_url)
         env.pop(DATABASE_URL_ENV, None)
         if self.options.database_url:
             env[DATABASE_URL_ENV] = self.options.database_url

@@ -31,6 +31,7 @@ from cryptography.fernet import Fernet
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from deployments.database import parse_database_url, redacted
+from deployments.notifications import BLOCK_ENV, WEBHOOK_ENV
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
@@ -350,6 +351,10 @@ class LocalStack:
         grace = self.options.unresponsive_run_grace_seconds or os.environ.get(GRACE_ENV)
         if grace:
             env[GRACE_ENV] = str(grace)
+        # where failure notifications go: read by bootstrap only (deployments/notifications.py)
+        env.update(
+            {name: os.environ[name] for name in (WEBHOOK_ENV, BLOCK_ENV) if name in os.environ}
+        )
         self.bootstrap_output = run_to_completion(
             "bootstrap",
             self._python("-m", "deployments.bootstrap"),
