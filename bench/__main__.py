@@ -4,15 +4,25 @@
         [--repeats N] [--profile] [--output bench/RESULTS.md]
 
 1. add_people: the add-people flow vs a plain asyncio-httpx script (10,000 and 100,000 ids,
-   100 ms sandbox latency, concurrency 8): marginal cost ratio, start-up cost, calls, mints, RSS.
-2. token_contention: the shared token broker vs per-process minting (bench/token_contention.py).
+   100 ms sandbox latency, concurrency 8): marginal cost ratio, start-up cost, calls, mints, RSS;
+   with the Prefect server on SQLite and on PostgreSQL.
+2. token_contention: the shared token broker vs per-process minting (bench/token_contention.py),
+   the shared broker on SQLite and on PostgreSQL, with the local and the Prefect token store.
 3. streaming_reads: peak RSS growth of the read flows at 10,000 vs 100,000 items
    (bench/streaming_reads.py).
 4. demo_cold_start: ``make demo`` from a fresh interpreter vs a plain script doing its calls.
+5. burst: 40 discovered vendors through the whole stack (3 workers) on SQLite and on PostgreSQL
+   (bench/burst.py).
 
-``--quick`` runs small sizes (a smoke test of the runner, minutes not tens of minutes); its
-numbers are not the ones to quote. Ratios and counts only: absolute times depend on the machine
-and on what else runs on it (the load average is recorded next to every result).
+RESULTS.md opens with SQLite vs PostgreSQL side by side (bench/compare.py): ratios and whether
+each scale-out target is met. PostgreSQL: the machine's (PGHOST, PGPORT, PGUSER, PGPASSWORD;
+default postgres@127.0.0.1:5432); each benchmark creates a fresh database and drops it after.
+
+``--quick`` runs small sizes (a smoke test of the runner, minutes not tens of minutes: 1,000 and
+10,000 ids once, 3 x 2 token runs, a burst of 8); its numbers are not the ones to quote. A full
+run takes about half an hour on 2 cores (more when the SQLite burst loses runs: it then waits
+3 minutes for them before calling them lost). Ratios and counts only: absolute times depend on
+the machine and on what else runs on it (the load average is recorded next to every result).
 """
 
 from __future__ import annotations
@@ -28,9 +38,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, machine, use_bytecode_cache
+from bench.common import BACKEND_LABELS, BACKENDS, REPO, machine, use_bytecode_cache
+from bench.compare import comparison_md
 
-BENCHMARKS = ("add_people", "token_contention", "streaming_reads", "demo_cold_start")
+BENCHMARKS = ("add_people", "token_contention", "streaming_reads", "demo_cold_start", "burst")
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -73,16 +84,40 @@ ADD_PEOPLE_REPEATS = 5
 
 
 def bench_add_people(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
+    """The same benchmark with the Prefect server on each backend, one after the other."""
     from bench import add_people
 
     sizes = [1_000, 10_000] if quick else [10_000, 100_000]
     repeats = repeats or (1 if quick else ADD_PEOPLE_REPEATS)
-    return add_people.run(sizes, concurrency=8, latency_ms=100.0, repeats=repeats, profile=profile)
+    backends: dict[str, Any] = {}
+    for backend in BACKENDS:
+        print(f"bench: add_people on {backend} ...", file=sys.stderr, flush=True)  # noqa: T201
+        try:
+            backends[backend] = add_people.run(
+                sizes,
+                concurrency=8,
+                latency_ms=100.0,
+                repeats=repeats,
+                profile=profile,
+                backend=backend,
+            )
+        except Exception:  # one backend's failure is a result; the other still runs
+            backends[backend] = {"error": traceback.format_exc()}
+    return {"backends": backends}
 
 
 def bench_token_contention(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
-    args = ["--processes", "3", "--runs", "2"] if quick else ["--processes", "8", "--runs", "5"]
-    return _module("token_contention", args, timeout=1200)
+    size = ["--processes", "3", "--runs", "2"] if quick else ["--processes", "8", "--runs", "5"]
+    args = [*size, "--backends", *BACKENDS, "--stores", "local", "prefect"]
+    return _module("token_contention", args, timeout=3600)
+
+
+def bench_burst(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
+    from bench import burst
+
+    if quick:
+        return burst.run(events=8, backends=list(BACKENDS), timeout=600)
+    return burst.run(events=burst.EVENTS, backends=list(BACKENDS), timeout=1200)
 
 
 def bench_streaming_reads(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
@@ -101,6 +136,7 @@ RUNNERS: dict[str, Callable[[bool, int | None, bool], dict[str, Any]]] = {
     "token_contention": bench_token_contention,
     "streaming_reads": bench_streaming_reads,
     "demo_cold_start": bench_demo_cold_start,
+    "burst": bench_burst,
 }
 
 
@@ -122,17 +158,38 @@ def _foreign_cpu_md(foreign: dict[str, Any] | None) -> list[str]:
     share = foreign["share_of_cores"]
     line = (
         f"* Other processes used {foreign['seconds']} s of CPU during the timed runs "
-        f"({share:.1%} of the cores; the benchmark's own processes: {foreign['ours_seconds']} s)."
+        f"({share:.1%} of the cores; the benchmark's own processes: {foreign['ours_seconds']} s"
+        + (
+            f", and PostgreSQL serving its database {foreign['database_seconds']} s"
+            if "database_seconds" in foreign
+            else ""
+        )
+        + ")."
     )
     if share > BUSY_MACHINE_SHARE:
         line += (
             " **The machine was busy: the flow slows far more than the plain script under load, "
-            "so this ratio is inflated** (README, Performance); run it again on an idle machine."
+            "so this ratio is inflated** (docs/performance.md); run it again on an idle machine."
         )
     return [line]
 
 
 def _add_people_md(result: dict[str, Any]) -> list[str]:
+    """One subsection per backend of the Prefect server (a result from before backends: one)."""
+    if "backends" not in result:
+        return _add_people_backend_md(result)
+    lines: list[str] = []
+    for backend, side in result["backends"].items():
+        lines += [f"### Prefect server on {BACKEND_LABELS.get(backend, backend)}", ""]
+        if "error" in side:
+            lines += ["FAILED:", "", "```", side["error"][-3000:], "```"]
+        else:
+            lines += _add_people_backend_md(side)
+        lines.append("")
+    return lines[:-1]
+
+
+def _add_people_backend_md(result: dict[str, Any]) -> list[str]:
     summary, config = result["summary"], result["config"]
     small, big = summary["sizes"]
     target = summary["marginal_target"]
@@ -164,8 +221,14 @@ def _add_people_md(result: dict[str, Any]) -> list[str]:
         lines.append(
             "* Before each run the bench waits until the Prefect server has recorded the previous "
             f"run's task runs (longest wait {max(waits)} s), so no run is timed with another's "
-            "bill: while the server records thousands of task runs, its SQLite database refuses "
-            "other writes and the next run's first Prefect call waits out the client's retries."
+            "bill"
+            + (
+                ": while the server records thousands of task runs, its SQLite database refuses "
+                "other writes and the next run's first Prefect call waits out the client's retries."
+                if config.get("backend", "sqlite") == "sqlite"
+                else " (the same wait as on SQLite, where it matters: there the database refuses "
+                "other writes while the server records thousands of task runs)."
+            )
         )
     lines.append("")
     rows = [
@@ -229,6 +292,175 @@ def _module_md(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _token_md(result: dict[str, Any]) -> list[str]:
+    """One row per (mode, backend, token store); a result from before backends: as it was."""
+    rows = result.get("rows") or []
+    if not any("backend" in row for row in rows):
+        return _module_md(result)
+    lines = [f"`{result['command']}` (exit {result['returncode']}, {result['wall_seconds']} s)", ""]
+    header = [
+        "mode",
+        "Prefect server",
+        "token store",
+        "runs",
+        "lost",
+        "wall s",
+        "mints",
+        "token calls",
+        "401s",
+        "429s",
+        "max token calls / 60 s",
+        "failed calls",
+        "wait p50 ms",
+        "wait p99 ms",
+        "wait max ms",
+        "waits > 1 s",
+    ]
+    table = []
+    for row in rows:
+        backend = row.get("backend")
+        label = BACKEND_LABELS.get(backend, backend) if backend else "– (no Prefect)"
+        if "error" in row:
+            table.append([row["mode"], label, row.get("store"), row.get("runs"), row.get("lost")])
+            table[-1] += ["FAILED"] + [None] * (len(header) - 6)
+            continue
+        table.append(
+            [
+                row["mode"],
+                label,
+                row.get("store") or "–",
+                row.get("runs"),
+                row.get("lost"),
+                row.get("wall_seconds"),
+                row.get("mints"),
+                row.get("token_calls"),
+                row.get("401s"),
+                row.get("429s"),
+                row.get("max_token_calls_per_60s"),
+                row.get("failed_calls"),
+                row.get("wait_p50_ms"),
+                row.get("wait_p99_ms"),
+                row.get("wait_max_ms"),
+                row.get("waits_over_1s"),
+            ]
+        )
+    lines += _table(header, table)
+    other = [
+        line
+        for line in result["stdout"].splitlines()
+        if line.strip() and not line.startswith(("|", "{"))
+    ]
+    lines += ["", *[f"> {line}" for line in other[:5]]]
+    lines += [
+        "",
+        "Shared: every process runs its flow runs at once, each asks for the token (the wait is "
+        "the `get_shared_access_token` task, its Prefect bookkeeping included, from the moment "
+        "the run asks: the time the run took to start is not in it, only in wall s) and makes "
+        "3 calls; every process takes the token lock once (its first run re-reads the store "
+        "under it), so the waits queue behind one another; lost = flow runs that did not end "
+        "Completed. Local store: the processes "
+        "share one machine's encrypted token file and lock; Prefect store: a Prefect Variable "
+        "and a lock on the server, as workers on several machines do. Naive: no Prefect, one "
+        "mint per process and one more per 401.",
+    ]
+    for row in rows:
+        for reason in row.get("lost_reasons") or []:
+            where = f"{row['mode']} / {row.get('backend')} / {row.get('store')}"
+            lines.append(f"* lost ({where}): `{reason[:300]}`")
+        if "error" in row:
+            lines += ["", "```", row["error"][-1500:], "```"]
+    if result["returncode"]:
+        lines += ["", "```", result["stderr"], "```"]
+    return lines
+
+
+def _burst_md(result: dict[str, Any]) -> list[str]:
+    config = result["config"]
+    lines = [
+        f"{config['events']} vendors discovered at once; one `bridge-event-log` run turns them "
+        f"into events; each event's trigger starts a promotion run on the stack's "
+        f"{config['workers']} workers (`deployments.stack.LocalStack`, the same options on both "
+        "backends; the bridge's schedule is off during the burst). Wall time: from the bridge "
+        "run's creation until every promotion run is final and no crash recovery is under way "
+        f"(held {config['settle_seconds']:g} s; timeout {config['timeout_seconds']:g} s). "
+        "Lost: promotion runs not Completed plus discovered vendors not managed (a vendor "
+        "whose promotion run was never created counts here).",
+        "",
+    ]
+    header = [
+        "Prefect server",
+        "wall s",
+        "lost",
+        "runs created / events",
+        "promotion runs by state",
+        "vendors not managed",
+        "runs started again",
+        "recovery runs",
+        "mints",
+        "401s",
+        "first run created s",
+        "all runs created s",
+        "bridge",
+        "stack start s",
+        "other processes' CPU",
+    ]
+    table = []
+    for backend, side in result["backends"].items():
+        label = BACKEND_LABELS.get(backend, backend)
+        if "error" in side:
+            table.append([label, "FAILED"] + [None] * (len(header) - 2))
+            continue
+        milestones = side.get("milestones_seconds") or {}
+        wall = side["wall_seconds"]
+        if side.get("timed_out"):
+            wall = f"> {config['timeout_seconds']:g} (timed out)"
+        elif side.get("gave_up_on_missing_runs"):
+            wall = f"{wall} (then nothing moved for {config['missing_runs_patience_seconds']:g} s)"
+        states = ", ".join(f"{k} {v}" for k, v in side["promote_states"].items())
+        foreign = side.get("foreign_cpu") or {}
+        table.append(
+            [
+                label,
+                wall,
+                side["lost"],
+                f"{side['promote_runs']} / {side['events']}",
+                states or "none",
+                side["vendors_not_managed"],
+                side["runs_started_again"],
+                side.get("recovery_runs"),
+                side["mints"],
+                side["401s"],
+                milestones.get("first_promote_run_created"),
+                milestones.get("all_promote_runs_created"),
+                side.get("bridge_state"),
+                side.get("stack_startup_seconds"),
+                f"{foreign.get('share_of_cores', 0):.1%}" if foreign else None,
+            ]
+        )
+    lines += _table(header, table)
+    lines.append("")
+    for backend, side in result["backends"].items():
+        label = BACKEND_LABELS.get(backend, backend)
+        if "error" in side:
+            lines += ["", f"{label} failed:", "", "```", side["error"][-3000:], "```"]
+            continue
+        poll, logs = side.get("poll") or {}, side.get("log_counts") or {}
+        if poll or logs:
+            lines.append(
+                f"* {label}: the bench's reads of the Prefect API during the burst: slowest "
+                f"{poll.get('slowest_read_seconds')} s, {poll.get('read_timeouts')} timed out "
+                f"(60 s), {poll.get('read_503s')} answered 503; the stack's logs: "
+                f"{logs.get('database_is_locked_errors')} 'database is locked' errors, "
+                f"{logs.get('tracebacks')} tracebacks."
+            )
+        for run in side.get("lost_runs") or []:
+            lines.append(
+                f"* {label}: run {run['name']} ended {run['state']} "
+                f"(runs: {run['run_count']}): {run['message'][:200]}"
+            )
+    return lines
+
+
 def _demo_md(result: dict[str, Any]) -> list[str]:
     phases = result["phases_seconds"]
     lines = [
@@ -244,9 +476,10 @@ def _demo_md(result: dict[str, Any]) -> list[str]:
 
 FORMATTERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "add_people": _add_people_md,
-    "token_contention": _module_md,
+    "token_contention": _token_md,
     "streaming_reads": _module_md,
     "demo_cold_start": _demo_md,
+    "burst": _burst_md,
 }
 
 TITLES = {
@@ -254,7 +487,23 @@ TITLES = {
     "token_contention": "2. Token contention: shared broker vs per-process minting",
     "streaming_reads": "3. Streaming reads: peak RSS growth at 10,000 vs 100,000 items",
     "demo_cold_start": "4. Demo cold start",
+    "burst": "5. Burst of discovered vendors through the stack (3 workers)",
 }
+
+
+#: the benchmarks RESULTS.md compares SQLite vs PostgreSQL on (bench/compare.py)
+COMPARED = ("burst", "token_contention", "add_people")
+
+
+def _without_profiles(result: dict[str, Any]) -> dict[str, Any]:
+    """The raw result minus cProfile dumps (shown in their section, too long for the JSON)."""
+    raw = {k: v for k, v in result.items() if k != "profile"}
+    if isinstance(raw.get("backends"), dict):
+        raw["backends"] = {
+            backend: {k: v for k, v in side.items() if k != "profile"}
+            for backend, side in raw["backends"].items()
+        }
+    return raw
 
 
 def render(results: dict[str, dict[str, Any]], header: dict[str, Any], quick: bool) -> str:
@@ -272,6 +521,12 @@ def render(results: dict[str, dict[str, Any]], header: dict[str, Any], quick: bo
         f"disabled by the environment: {header['bytecode_disabled_by_env']}",
         "",
     ]
+    compared = [name for name in COMPARED if name in results]
+    if compared:
+        lines += ["## SQLite vs PostgreSQL: the scale-out targets", ""]
+        lines += comparison_md(results, BUSY_MACHINE_SHARE)
+        when = "; ".join(f"{n} {results[n].get('measured_at', header['date'])}" for n in compared)
+        lines += ["", f"Measured: {when}.", ""]
     for name, result in results.items():
         lines += [f"## {TITLES[name]}", ""]
         if "error" in result:
@@ -285,7 +540,7 @@ def render(results: dict[str, dict[str, Any]], header: dict[str, Any], quick: bo
             "",
         ]
     lines += ["<details><summary>Raw results (JSON)</summary>", "", "```json"]
-    raw = {name: {k: v for k, v in r.items() if k != "profile"} for name, r in results.items()}
+    raw = {name: _without_profiles(r) for name, r in results.items()}
     lines += [json.dumps(raw, indent=1, default=str), "```", "</details>", ""]
     return "\n".join(lines)
 
@@ -309,9 +564,12 @@ def rerender(path: Path) -> int:
 
     text = path.read_text()
     results = previous_results(path)
-    if "add_people" in results and "runs" in results["add_people"]:
-        entry = results["add_people"]
-        entry["summary"] = add_people.summarize(entry["runs"], entry["config"]["sizes"])
+    entry = results.get("add_people") or {}
+    sides = entry["backends"].values() if "backends" in entry else [entry]
+    for side in sides:
+        if "runs" in side:
+            target = side["config"].get("marginal_target", add_people.MARGINAL_TARGETS["sqlite"])
+            side["summary"] = add_people.summarize(side["runs"], side["config"]["sizes"], target)
     header = json.loads(text[text.find("<!-- machine ") + 13 : text.find(" -->")])
     path.write_text(render(results, header, quick="--quick" in text.splitlines()[2]))
     return 0
@@ -351,8 +609,13 @@ def main(argv: list[str] | None = None) -> int:
         ordered = {k: results[k] for k in BENCHMARKS if k in results}
         output.write_text(render(ordered, header, args.quick))
     print(f"bench: wrote {args.output}", file=sys.stderr)  # noqa: T201
-    failed = [n for n, r in results.items() if "error" in r or r.get("returncode")]
+    failed = [n for n, r in results.items() if _failed(r)]
     return 1 if failed else 0
+
+
+def _failed(result: dict[str, Any]) -> bool:
+    sides = list((result.get("backends") or {}).values())
+    return "error" in result or bool(result.get("returncode")) or any("error" in s for s in sides)
 
 
 if __name__ == "__main__":

@@ -23,13 +23,15 @@ from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
 
-from deployments.server_settings import apply_server_settings
 from sandbox.control import SandboxControl
+
+if TYPE_CHECKING:  # imported when a server starts: the children of the plain side never pay
+    from deployments.prefect_server import PrefectServer
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CLIENT_ID = "demo-manage"
@@ -67,12 +69,21 @@ class ForeignCpu:
 
     The flow side keeps most of a core busy and the Prefect server most of the other, the
     plain script hardly any: a third busy process slows the flow far more than its baseline
-    (README, Performance). So a ratio is only comparable with another when this is near zero.
+    (docs/performance.md). So a ratio is only comparable with another when this is near zero.
     Ours: this process, every live descendant and every child it has waited for; foreign: the
     rest of the machine's busy time (other processes, the kernel's own threads).
+
+    With ``database`` (a PostgreSQL database name), the PostgreSQL backends serving that
+    database are the benchmark's too (the Prefect server's queries run there, outside this
+    process tree): counted as ``database_seconds`` and not as foreign.
     """
 
+    def __init__(self, database: str | None = None) -> None:
+        self.database = database
+        self.database_seconds = 0.0
+
     def __enter__(self) -> ForeignCpu:
+        self._database0 = _database_cpu(self.database)
         self._start = (time.monotonic(), _machine_busy_seconds(), _tree_cpu_seconds())
         return self
 
@@ -80,8 +91,39 @@ class ForeignCpu:
         wall0, busy0, ours0 = self._start
         wall = time.monotonic() - wall0
         self.ours_seconds = _tree_cpu_seconds() - ours0
-        self.seconds = max(0.0, _machine_busy_seconds() - busy0 - self.ours_seconds)
+        database = _database_cpu(self.database)
+        self.database_seconds = sum(
+            max(0.0, seconds - self._database0.get(pid, 0.0)) for pid, seconds in database.items()
+        )
+        busy = _machine_busy_seconds() - busy0
+        self.seconds = max(0.0, busy - self.ours_seconds - self.database_seconds)
         self.share = self.seconds / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
+
+    def report(self) -> dict[str, float]:
+        """What RESULTS.md shows (``bench.__main__._foreign_cpu_md``)."""
+        report = {
+            "seconds": round(self.seconds, 1),
+            "share_of_cores": round(self.share, 3),
+            "ours_seconds": round(self.ours_seconds, 1),
+        }
+        if self.database:
+            report["database_seconds"] = round(self.database_seconds, 1)
+        return report
+
+
+def _database_cpu(database: str | None) -> dict[int, float]:
+    """CPU seconds of each PostgreSQL backend whose title names ``database`` (live ones only:
+    a backend that ended is not counted, so this errs towards calling time foreign)."""
+    if not database:
+        return {}
+    seconds: dict[int, float] = {}
+    for process in psutil.process_iter(["pid", "name", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            title = " ".join(process.info["cmdline"] or [])
+            if process.info["name"].startswith("postgres") and f" {database} " in f"{title} ":
+                times = process.cpu_times()
+                seconds[process.info["pid"]] = times.user + times.system
+    return seconds
 
 
 def _machine_busy_seconds() -> float:
@@ -184,25 +226,96 @@ def sandbox_process(
             process.wait()
 
 
+#: the Prefect server's database in the benchmarks that compare them
+BACKENDS = ("sqlite", "postgresql")
+BACKEND_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+
+
 @contextlib.contextmanager
-def prefect_server() -> Iterator[str]:
-    """A temporary Prefect server (its own database) for the children; yields PREFECT_API_URL.
+def fresh_database(backend: str) -> Iterator[str | None]:
+    """``None`` for SQLite (the server keeps it in its home); for PostgreSQL a new database
+    ``compliance_flows_bench_<hex>`` with pg_trgm, dropped when the block ends (failure too)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
+    if backend == "sqlite":
+        yield None
+        return
+    import asyncio
+    import uuid
 
-    ``prefect_test_harness`` runs the server as a subprocess, so the children talk to it over
-    HTTP exactly as they would to ``prefect server start``.
+    from deployments.database import drop_database, local_postgres_url, prepare_database
+
+    url = local_postgres_url(f"compliance_flows_bench_{uuid.uuid4().hex[:12]}")
+    prepare_database(url)  # a DatabaseError names what is missing
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_database(url))
+
+
+def server_base_env() -> dict[str, str]:
+    """The environment of a Prefect server a benchmark starts (settings are added by
+    ``PrefectServer``: the project's server settings, the database)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "COMPLIANCE_"))}
+    env.update(
+        {
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_CLI_PROMPT": "false",
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+            # a traceback when it is stopped while flushing events: noise, not a result
+            "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
+        }
+    )
+    return env
+
+
+@contextlib.contextmanager
+def running_prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
+    """``prefect server start`` on SQLite or on a fresh PostgreSQL database; while the block
+    runs, its API is this process's PREFECT_API_URL.
+
+    Both backends run the same server (``deployments.prefect_server.PrefectServer``, every
+    service, the project's server settings, the stack's ``make serve`` server): the database is
+    the only difference. The children talk to it over HTTP, as to any server.
     """
-    home = tempfile.mkdtemp(prefix="compliance-bench-prefect-")
-    os.environ.setdefault("PREFECT_HOME", home)
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    os.environ["PREFECT_CLI_PROMPT"] = "false"
-    # the server logs a traceback when it is stopped while flushing events: noise, not a result
-    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
-    apply_server_settings()  # the server the project's stack runs, not Prefect's defaults
-    from prefect.settings import get_current_settings
-    from prefect.testing.utilities import prefect_test_harness
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield str(get_current_settings().api.url)
+    from deployments.prefect_server import PrefectServer, PrefectServerOptions
+
+    home = Path(tempfile.mkdtemp(prefix=f"compliance-bench-prefect-{backend}-"))
+    with fresh_database(backend) as database_url:
+        server = PrefectServer(
+            PrefectServerOptions(
+                port=free_port(),
+                home=home,
+                database_url=database_url,
+                log_path=home / "server.log",
+                startup_timeout=180,
+            ),
+            base_env=server_base_env(),
+        )
+        server.start()
+        try:
+            with temporary_settings({PREFECT_API_URL: server.api_url}):
+                yield server
+        finally:
+            server.stop()
+
+
+@contextlib.contextmanager
+def prefect_server(backend: str = "sqlite") -> Iterator[str]:
+    """:func:`running_prefect_server`, yielding its PREFECT_API_URL."""
+    with running_prefect_server(backend) as server:
+        yield server.api_url
+
+
+def database_name(database_url: str | None) -> str | None:
+    """The database a PostgreSQL URL names (None for SQLite)."""
+    if not database_url:
+        return None
+    from sqlalchemy.engine import make_url
+
+    return make_url(database_url).database
 
 
 def wait_for_prefect_idle(

@@ -1,11 +1,17 @@
 """Token contention: P processes x R concurrent flow runs asking for the token at once.
 
     uv run --no-sync python -m bench.token_contention --processes 8 --runs 5
+        [--backends sqlite postgresql] [--stores local prefect]
 
-Starts the sandbox (in a thread) and a Prefect test server, bootstraps the rate limit, then runs
-the shared broker ("shared") and, in the same run, a naive client that mints per process and
-re-mints on every 401 ("naive", what public clients do). Prints mints, 401s, 429s, the most
-token-endpoint calls seen in any 60 s window, and p50/p99 of the wait for a token.
+Starts the sandbox (in a thread) and, per backend, a Prefect server (``prefect server start``
+with the project's settings, on SQLite or on a fresh PostgreSQL database), then runs the shared
+broker ("shared") once per token store, and, once in the same run, a naive client that mints
+per process and re-mints on every 401 ("naive", what public clients do; it never talks to
+Prefect). Each shared row starts from a reset sandbox (so it mints once) and a token-endpoint
+limit of its own, shaped as bootstrap makes the production one (1 slot, one more every 15 s),
+so no row waits for the slot the row before it took. Prints per row: wall time, flow runs lost
+(did not end Completed), mints, 401s, 429s, the most token-endpoint calls seen in any 60 s
+window, and p50/p99 of the wait for a token.
 
 ``child`` is the per-process worker, also used by tests/runtime/test_shared_token_many_processes.py.
 """
@@ -37,19 +43,39 @@ async def _shared_child(runs: int) -> dict[str, Any]:
     from tasks.token import get_shared_access_token
 
     waits: list[float] = []
+    fingerprints: set[str] = set()
 
     @flow(name="Token contention probe")
     async def probe() -> str:
         started = time.perf_counter()
         info = await get_shared_access_token()
         waits.append(time.perf_counter() - started)
+        fingerprints.add(info.fingerprint)
         async with compliance_client() as client:
             for _ in range(CALLS_PER_RUN):
                 await client.list_knowledge_base_resources_page(page_size=1)
         return info.fingerprint
 
-    fingerprints = await asyncio.gather(*(probe() for _ in range(runs)))
-    return {"fingerprints": sorted(set(fingerprints)), "waits": waits, "failures": 0}
+    async def one() -> str | None:
+        """None when the run ended Completed, else why not (a lost run)."""
+        try:
+            state = await probe(return_state=True)
+        except Exception as error:  # the engine itself gave up (e.g. the server refused)
+            return f"{type(error).__name__}: {error}"[:300]
+        return None if state.is_completed() else f"{state.type.value}: {state.message}"[:300]
+
+    started = time.perf_counter()
+    outcomes = await asyncio.gather(*(one() for _ in range(runs)))
+    lost = [outcome for outcome in outcomes if outcome is not None]
+    return {
+        "fingerprints": sorted(fingerprints),
+        "waits": waits,
+        "failures": 0,
+        "runs": runs,
+        "lost": len(lost),
+        "lost_reasons": lost[:5],
+        "elapsed_seconds": time.perf_counter() - started,
+    }
 
 
 async def _naive_child(runs: int) -> dict[str, Any]:
@@ -64,6 +90,7 @@ async def _naive_child(runs: int) -> dict[str, Any]:
     waits: list[float] = []
     failures = 0
     token: dict[str, str] = {}
+    started = time.perf_counter()
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
 
         async def mint() -> None:
@@ -89,7 +116,15 @@ async def _naive_child(runs: int) -> dict[str, Any]:
 
         await mint()
         await asyncio.gather(*(run() for _ in range(runs)))
-    return {"fingerprints": [], "waits": waits, "failures": failures}
+    elapsed = time.perf_counter() - started
+    return {
+        "fingerprints": [],
+        "waits": waits,
+        "failures": failures,
+        "runs": runs,
+        "lost": 0,
+        "elapsed_seconds": elapsed,
+    }
 
 
 def child(mode: str, runs: int) -> dict[str, Any]:
@@ -131,19 +166,31 @@ def launch(mode: str, processes: int, runs: int) -> None:
 
 
 # --------------------------------------------------------------------------- orchestration
-def spawn(mode: str, processes: int, runs: int, env: dict[str, str]) -> list[dict[str, Any]]:
-    """Run ``processes`` children at once; returns their reports plus the captured output."""
+def spawn(
+    mode: str, processes: int, runs: int, env: dict[str, str], *, tolerate_errors: bool = False
+) -> list[dict[str, Any]]:
+    """Run ``processes`` children at once; returns their reports plus the captured output.
+
+    A child that failed raises, unless ``tolerate_errors``: then its report says so and all its
+    runs count as lost (the benchmark records a loss instead of stopping at it).
+    """
     command = [sys.executable, "-m", "bench.token_contention", "launch", mode]
     command += [str(processes), str(runs)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
+    if result.returncode != 0 and not tolerate_errors:
         failure = f"{mode} launcher failed ({result.returncode})"
         raise RuntimeError(f"{failure}:\n{result.stderr[-3000:]}")
-    reports: list[dict[str, Any]] = json.loads(result.stdout.strip().splitlines()[-1])
+    lines = result.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"{mode} launcher printed no report:\n{result.stderr[-3000:]}")
+    reports: list[dict[str, Any]] = json.loads(lines[-1])
     errors = [report["error"] for report in reports if "error" in report]
-    if errors:
+    if errors and not tolerate_errors:
         raise RuntimeError(f"{mode} children failed: {errors}\n{result.stderr[-3000:]}")
     for report in reports:
+        if "error" in report:
+            report.update(fingerprints=[], waits=[], failures=0, runs=runs, lost=runs)
+            report["lost_reasons"] = [report["error"]]
         report["stdout"], report["stderr"] = result.stdout, result.stderr
     return reports
 
@@ -187,19 +234,36 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def summarize(
-    mode: str, reports: list[dict[str, Any]], stats: dict[str, Any], window: int
+    mode: str,
+    reports: list[dict[str, Any]],
+    stats: dict[str, Any],
+    window: int,
+    *,
+    wall_seconds: float | None = None,
+    backend: str | None = None,
+    store: str | None = None,
 ) -> dict[str, Any]:
     waits = [wait for report in reports for wait in report["waits"]]
+    runs = sum(report.get("runs", 0) for report in reports)
+    reasons = [reason for report in reports for reason in report.get("lost_reasons", [])]
     return {
         "mode": mode,
+        "backend": backend,
+        "store": store,
+        "runs": runs,
+        "lost": sum(report.get("lost", 0) for report in reports),
+        "wall_seconds": None if wall_seconds is None else round(wall_seconds, 1),
         "mints": stats["token_mints"].get("demo-manage", 0),
         "token_calls": stats["token_requests"].get("demo-manage", 0),
         "401s": stats["unauthorized"],
         "429s": stats["status_counts"].get("429", 0),
         "max_token_calls_per_60s": window,
         "failed_calls": sum(report["failures"] for report in reports),
-        "wait_p50_ms": round(statistics.median(waits) * 1000, 1) if waits else 0.0,
-        "wait_p99_ms": round(percentile(waits, 0.99) * 1000, 1),
+        "wait_p50_ms": round(statistics.median(waits) * 1000, 1) if waits else None,
+        "wait_p99_ms": round(percentile(waits, 0.99) * 1000, 1) if waits else None,
+        "wait_max_ms": round(max(waits) * 1000, 1) if waits else None,
+        "waits_over_1s": sum(1 for wait in waits if wait > 1.0),
+        "lost_reasons": reasons[:5],
     }
 
 
@@ -207,9 +271,11 @@ def child_env(sandbox_url: str, state_dir: str, fernet_key: str) -> dict[str, st
     from prefect.settings import get_current_settings
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPLIANCE_")}
+    api_url = get_current_settings().api.url
+    if api_url:
+        env["PREFECT_API_URL"] = str(api_url)
     env.update(
         {
-            "PREFECT_API_URL": str(get_current_settings().api.url),
             "COMPLIANCE_BASE_URL": sandbox_url,
             "COMPLIANCE_CLIENT_ID": "demo-manage",
             "COMPLIANCE_CLIENT_SECRET": "demo-manage-secret-not-real",  # noqa: S105 - sandbox
@@ -220,32 +286,114 @@ def child_env(sandbox_url: str, state_dir: str, fernet_key: str) -> dict[str, st
     return env
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--processes", type=int, default=8)
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-
+def measure(
+    mode: str,
+    processes: int,
+    runs: int,
+    sandbox: Any,
+    *,
+    backend: str | None = None,
+    store: str | None = None,
+) -> dict[str, Any]:
+    """One row: the sandbox reset, ``processes`` children with ``runs`` flow runs each."""
     import tempfile
 
     from cryptography.fernet import Fernet
 
+    control = sandbox.control
+    control.reset()
+    state_dir = tempfile.mkdtemp(prefix="bench-token-")
+    env = child_env(sandbox.url, state_dir, Fernet.generate_key().decode())
+    env["PREFECT_HOME"] = os.path.join(state_dir, "prefect-home")
+    if store is not None:
+        env["COMPLIANCE_TOKEN_STORE"] = store
+    if mode == "shared":
+        # the production bucket (1 slot, 1 more every 15 s), new for each row: a row never
+        # waits for the slot the row before it took (the sandbox is reset, so each row mints)
+        import uuid
+
+        from deployments.bootstrap import ensure_token_rate_limit
+
+        limit = f"bench-token-endpoint-{uuid.uuid4().hex[:8]}"
+        asyncio.run(ensure_token_rate_limit(limit))
+        env["COMPLIANCE_TOKEN_RATE_LIMIT_NAME"] = limit
+    with WindowWatcher(control.stats, "demo-manage") as watcher:
+        started = time.perf_counter()
+        reports = spawn(mode, processes, runs, env, tolerate_errors=True)
+        wall = time.perf_counter() - started
+    return summarize(
+        mode,
+        reports,
+        control.stats(),
+        watcher.busiest_window(),
+        wall_seconds=wall,
+        backend=backend,
+        store=store,
+    )
+
+
+def _failed_row(
+    mode: str, backend: str, store: str | None, runs: int, error: str
+) -> dict[str, Any]:
+    return {
+        "mode": mode,
+        "backend": backend,
+        "store": store,
+        "runs": runs,
+        "lost": runs,
+        "error": error[-1500:],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench.common import BACKENDS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument(
+        "--stores",
+        nargs="+",
+        choices=("local", "prefect"),
+        default=["local"],
+        help="COMPLIANCE_TOKEN_STORE of the shared runs (local: one machine's encrypted files "
+        "and flock; prefect: a Prefect Variable and a lock on the server, as on several machines)",
+    )
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+    import traceback
+
     from bench.common import prefect_server
-    from deployments.bootstrap import ensure_token_rate_limit
     from sandbox.runner import run_sandbox_in_thread
 
+    total = args.processes * args.runs
     print(f"{args.processes} processes x {args.runs} concurrent runs x {CALLS_PER_RUN} calls")
-    with run_sandbox_in_thread() as sandbox, prefect_server():
-        asyncio.run(ensure_token_rate_limit())
-        control = sandbox.control
-        for mode in ("shared", "naive"):
-            control.reset()
-            env = child_env(sandbox.url, tempfile.mkdtemp(), Fernet.generate_key().decode())
-            with WindowWatcher(control.stats, "demo-manage") as watcher:
-                reports = spawn(mode, args.processes, args.runs, env)
-            row = summarize(mode, reports, control.stats(), watcher.busiest_window())
-            print(json.dumps(row), flush=True)
+    with run_sandbox_in_thread() as sandbox:
+        for backend in args.backends:
+            done: list[str] = []
+            try:
+                with prefect_server(backend):
+                    for store in args.stores:
+                        row = measure(
+                            "shared",
+                            args.processes,
+                            args.runs,
+                            sandbox,
+                            backend=backend,
+                            store=store,
+                        )
+                        print(json.dumps(row), flush=True)
+                        done.append(store)
+            except Exception:  # this backend's failure is a result; the other still runs
+                for store in args.stores:
+                    if store not in done:
+                        row = _failed_row("shared", backend, store, total, traceback.format_exc())
+                        print(json.dumps(row), flush=True)
+        # the naive client never talks to Prefect: once, whatever the backends
+        row = measure("naive", args.processes, args.runs, sandbox, backend=None, store=None)
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

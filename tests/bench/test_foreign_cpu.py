@@ -57,3 +57,18 @@ def running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_postgresql_serving_the_benchmark_is_not_foreign() -> None:
+    # no backend serves a database of this name: nothing counted, and the report says so
+    with ForeignCpu(database="compliance_flows_bench_no_such_database") as foreign:
+        pass
+    assert foreign.database_seconds == 0.0
+    assert foreign.report()["database_seconds"] == 0.0
+    with ForeignCpu() as plain:
+        pass
+    assert "database_seconds" not in plain.report()
+    line = _foreign_cpu_md(
+        {"seconds": 1.0, "share_of_cores": 0.01, "ours_seconds": 80.0, "database_seconds": 4.0}
+    )[0]
+    assert "PostgreSQL serving its database 4.0 s" in line
