@@ -116,7 +116,11 @@ def _context(
 
 async def _render(context: dict[str, Any], ui_url: str | None = "http://ui.test") -> list[str]:
     JinjaTemplateAction._register_filters_if_needed()  # as the server does before rendering
-    with temporary_settings({PREFECT_UI_URL: ui_url}):
+    # Prefect infers a UI URL from PREFECT_API_URL when none is set: clear both for "none"
+    settings: dict[Any, Any] = {PREFECT_UI_URL: ui_url}
+    if ui_url is None:
+        settings[PREFECT_API_URL] = None
+    with temporary_settings(settings):
         return [await render_user_template(t, context) for t in (SUBJECT_TEMPLATE, BODY_TEMPLATE)]
 
 
