@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BACKENDS, ForeignCpu, database_name, fresh_database
+from deployments.processes import wait_until
 
 BRIDGE = "bridge-event-log/every-3-minutes"
 PROMOTE = "Promote discovered vendors/promote-discovered-vendors"
@@ -144,17 +145,6 @@ def all_final(runs: list[dict[str, Any]]) -> bool:
     return all(state_type(run) in FINAL for run in runs)
 
 
-def wait_until(what: str, probe: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
-
-
 # --------------------------------------------------------------------------- one burst
 def summarize_burst(
     events: int,
@@ -220,7 +210,12 @@ def drive(stack: Any, events: int, timeout: float) -> dict[str, Any]:
     control = SandboxControl(stack.sandbox_url, timeout=60)
     try:
         paused = api.pause_schedules(BRIDGE)
-        wait_until("earlier bridge runs to end", lambda: all_final(api.flow_runs(BRIDGE)), 300)
+        wait_until(
+            "earlier bridge runs to end",
+            lambda: all_final(api.flow_runs(BRIDGE)),
+            timeout=300,
+            interval=0.5,
+        )
         before = control.stats()
         start_date = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat()
         vendors = [str(control.inject("vendor_discovered")["id"]) for _ in range(events)]
