@@ -109,7 +109,7 @@ def test_an_entry_logged_before_the_bridges_first_run_is_bridged(
     vendor = control.inject("vendor_discovered")["id"]
     bridge_run = run_deployment(stack, BRIDGE, {})  # its first run, with the deployed defaults
     state = eventually("the bridge run to finish", lambda: finished(stack, bridge_run))
-    assert state["type"] == "COMPLETED", state
+    assert state["type"] == "COMPLETED", state["message"]
     (run,) = eventually(
         "the promotion of that vendor",
         lambda: [r for r in flow_runs(stack, PROMOTE) if promoted(r) == vendor and final([r])],
@@ -220,5 +220,181 @@ def test_audit_log_events_drive_deployments_end_to_end(
     assert after_retry[refused_vendor] == 2  # one more call, answered with the same vendor
     assert len([r for r in flow_runs(stack, PROMOTE) if promoted(r) in vendors]) == 2
 
+
+# ---------------------------------------------------------------- events the triggers missed
+REDELIVER = "redeliver-missed-events/redeliver-missed-events"
+PROMOTE_AUTOMATION = "promote-vendor-when-discovered"
+
+
+def unpromoted_vendor(stack: LocalStack, control: SandboxControl) -> str:
+    """A seeded discovered vendor that no promotion run has named yet."""
+    named = {promoted(run) for run in flow_runs(stack, PROMOTE)}
+    return next(v for v in reversed(control.seed()["discovered_vendors"]) if v not in named)
+
+
+def set_automation_enabled(stack: LocalStack, name: str, enabled: bool) -> None:
+    (automation,) = [
+        a for a in stack.request("POST", "/automations/filter", {}).json() if a["name"] == name
+    ]
+    stack.request("PATCH", f"/automations/{automation['id']}", {"enabled": enabled})
+
+
+def emit_vendor_discovered(stack: LocalStack, vendor: str) -> str:
+    """The event the bridge sends for a vendor_discovered entry (audit_log/events.py); returns
+    its id once the server has stored it."""
+    event_id = str(uuid.uuid4())
+    event = {
+        "id": event_id,
+        "occurred": datetime.now(UTC).isoformat(),
+        "event": "compliance.vendor_discovered",
+        "resource": {
+            "prefect.resource.id": f"compliance.discoveredvendor.{vendor}",
+            "compliance.target.id": vendor,
+            "compliance.target.type": "DiscoveredVendor",
+        },
+        "payload": {},
+    }
+    stack.request("POST", "/events", [event])
+    eventually("the event to be stored", lambda: events_about(stack, [], event_id=event_id))
+    return event_id
+
+
+def events_about(
+    stack: LocalStack, names: list[str], *, event_id: str | None = None, resource: str = ""
+) -> list[dict[str, Any]]:
+    since = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    event_filter: dict[str, Any] = {"occurred": {"since": since}}
+    if names:
+        event_filter["event"] = {"name": names}
+    if event_id:
+        event_filter["id"] = {"id": [event_id]}
+    if resource:
+        event_filter["resource"] = {"id": [resource]}
+    body = {"filter": event_filter, "limit": 50}
+    return list(stack.request("POST", "/events/filter", body).json()["events"])
+
+
+def redeliver(stack: LocalStack, **parameters: Any) -> dict[str, Any]:
+    """A redelivery run's final state, with its log lines under ``"logs"``."""
+    run_id = run_deployment(stack, REDELIVER, {"grace_minutes": 0, **parameters})
+    state = eventually("the redelivery run to finish", lambda: finished(stack, run_id))
+    query = {"logs": {"flow_run_id": {"any_": [run_id]}}, "sort": "TIMESTAMP_ASC"}
+    logs = stack.request("POST", "/logs/filter", query).json()
+    return {**state, "logs": [line["message"] for line in logs]}
+
+
+def promotions_of(stack: LocalStack, vendor: str) -> list[dict[str, Any]]:
+    return [run for run in flow_runs(stack, PROMOTE) if promoted(run) == vendor]
+
+
+def test_an_event_the_server_dropped_gets_its_run_from_the_redelivery(
+    stack: LocalStack, control: SandboxControl
+) -> None:
+    """The server restarts before its triggers acted on an event: the redelivery sends the
+    event again and the automation starts the promotion it never started. A second check sends
+    nothing. (The automation is paused while the event arrives; restarts make sure the server
+    has taken the pause in, and then forgets that it saw the event.)"""
+    vendor = unpromoted_vendor(stack, control)
+    set_automation_enabled(stack, PROMOTE_AUTOMATION, False)
+    stack.restart_prefect_server()
+    event_id = emit_vendor_discovered(stack, vendor)
+    stack.restart_prefect_server()
+    set_automation_enabled(stack, PROMOTE_AUTOMATION, True)
+    assert promotions_of(stack, vendor) == []
+    resource = f"prefect.event.{event_id}"
+
+    state = redeliver(stack)
+    assert state["type"] == "COMPLETED", state["message"]
+    (run,) = eventually(
+        "the promotion started by the resent event",
+        lambda: [r for r in promotions_of(stack, vendor) if final([r])],
+    )
+    assert run["state"]["type"] == "COMPLETED"
+    assert control.stats()["write_counts"]["add_to_managed"][vendor] == 1
+    (sent,) = eventually(
+        "the resend's record",
+        lambda: events_about(stack, ["compliance.redelivery.sent"], resource=resource),
+    )
+    assert sent["payload"]["attempt"] == 1
+    assert sent["payload"]["automations"] == [PROMOTE_AUTOMATION]
+
+    assert redeliver(stack)["type"] == "COMPLETED"
+    assert len(events_about(stack, ["compliance.redelivery.sent"], resource=resource)) == 1
+    assert len(promotions_of(stack, vendor)) == 1
+
+
+@pytest.fixture
+def failing_automation(stack: LocalStack) -> Iterator[str]:
+    """An automation whose action always fails (its deployment does not exist), for
+    ``compliance.test_never_acted`` events; yields its name."""
+    name = "test-action-always-fails"
+    body = {
+        "name": name,
+        "trigger": {
+            "type": "event",
+            "expect": ["compliance.test_never_acted"],
+            "match": {"prefect.resource.id": "compliance.test.*"},
+            "posture": "Reactive",
+            "threshold": 1,
+            "within": 0,
+        },
+        "actions": [
+            {"type": "run-deployment", "source": "selected", "deployment_id": str(uuid.uuid4())}
+        ],
+    }
+    automation = stack.request("POST", "/automations/", body).json()
+    yield name
+    stack.request("DELETE", f"/automations/{automation['id']}")
+
+
+def test_an_event_that_never_gets_its_run_is_reported_once(
+    stack: LocalStack, failing_automation: str
+) -> None:
+    """An automation's action fails for an event, and the server drops resends of an event it
+    has evaluated: after the last resend the redelivery reports the event, ends Failed, and the
+    next run leaves it alone."""
+    event_id = str(uuid.uuid4())
+    resource_id = f"compliance.test.{event_id}"
+    event = {
+        "id": event_id,
+        "occurred": datetime.now(UTC).isoformat(),
+        "event": "compliance.test_never_acted",
+        "resource": {"prefect.resource.id": resource_id},
+    }
+    stack.request("POST", "/events", [event])
+    eventually(
+        "the automation's action to fail",
+        lambda: [
+            e
+            for e in events_about(stack, ["prefect.automation.action.failed"])
+            if e["resource"]["prefect.resource.name"] == failing_automation
+        ],
+    )
+    resource = f"prefect.event.{event_id}"
+
+    state = redeliver(stack, max_attempts=1)
+    assert state["type"] == "COMPLETED", state["logs"]
+    (sent,) = eventually(
+        "the resend's record",
+        lambda: events_about(stack, ["compliance.redelivery.sent"], resource=resource),
+    )
+    assert sent["payload"]["automations"] == [failing_automation]
+    state = redeliver(stack, max_attempts=1)
+    assert state["type"] == "FAILED", state
+    assert "still have no run after 1 resends" in state["message"]
+    (gave_up,) = eventually(
+        "the record of giving up",
+        lambda: events_about(stack, ["compliance.redelivery.gave-up"], resource=resource),
+    )
+    assert gave_up["payload"]["event_resource"] == resource_id
+
+    assert redeliver(stack, max_attempts=1)["type"] == "COMPLETED"
+    assert len(events_about(stack, ["compliance.redelivery.gave-up"], resource=resource)) == 1
+
+
+# ------------------------------------------------------------------------------- last
+def test_the_stack_keeps_no_secret_and_stops_cleanly(stack: LocalStack) -> None:
+    """After everything above: no secret in the Prefect database, and stopping leaves no
+    process behind (this stops the module's stack, so it runs last)."""
     assert_no_secret_in_prefect_database(stack)
     assert_stop_leaves_no_process(stack)

@@ -1,0 +1,273 @@
+"""Runbook: events that an event-triggered deployment never got its run for are sent again.
+
+Prefect's trigger service can drop an event (on SQLite a burst makes its evaluation fail with
+"database is locked"; a server restart forgets events not yet evaluated): the deployment never
+gets its run, and nothing else would notice. The deployment ``redeliver-missed-events`` runs
+this flow every few minutes:
+
+1. Take the automations that start one deployment run per event (``redelivery/automations.py``);
+   others are listed as not checked.
+2. For each, the events it covers received between ``window_minutes`` and ``grace_minutes`` ago,
+   plus those resent by earlier runs, against the ``prefect.automation.action.executed`` events
+   of its runs. An event without one is missed.
+3. Send a missed event again, under its own id: Prefect matches it, fills in the parameters and
+   starts the run as it would have. Each resend is recorded as a ``compliance.redelivery.sent``
+   event (``redelivery/ledger.py``), at least 5.5 minutes apart (the server drops an id it saw in
+   the last five), at most ``max_attempts`` times.
+4. An event still without a run ``grace_minutes`` after the last resend is reported (an
+   artifact and a ``compliance.redelivery.gave-up`` event) and the run ends Failed, for an
+   operator.
+
+Why the window: the server remembers for 30 minutes which events its triggers have evaluated and
+ignores a resend of one of those, so a resend cannot start a second run; an event first checked
+later than that could. Every deployment's flow is safe to run again anyway.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+from uuid import UUID
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_markdown_artifact
+from prefect.events.schemas.events import ReceivedEvent
+from pydantic import BaseModel
+
+from compliance_api.errors import InputError
+from redelivery.automations import CheckedAutomation, classify, covers
+from redelivery.ledger import Ledger, gave_up_marker, read_ledger, sent_marker
+from redelivery.plan import Missed, Plan, plan
+from runtime.form import title
+from tasks.redelivery import (
+    as_sent,
+    read_acted_on,
+    read_automations,
+    read_covered_events,
+    read_events_by_id,
+    read_redelivery_records,
+    resend_events,
+)
+
+DEFAULT_GRACE_MINUTES = 6.0
+DEFAULT_WINDOW_MINUTES = 25.0
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_LOOKBACK_HOURS = 24.0
+#: a resent event is looked up by id this far back (its own time may lie before the lookback)
+FOLLOW_UP_DAYS = 30
+
+
+class MissedEventRow(BaseModel):
+    event_id: str
+    event: str
+    resource: str
+    received: datetime
+    automations: list[str]
+    attempt: int
+
+
+class RedeliveryReport(BaseModel):
+    """What one run found and did."""
+
+    automations_checked: list[str] = []
+    automations_not_checked: dict[str, str] = {}
+    events_checked: int = 0
+    resent: list[MissedEventRow] = []
+    given_up: list[MissedEventRow] = []
+    waiting: int = 0
+
+
+class EventsNotRedelivered(RuntimeError):
+    """Events still without their run after the last resend: they wait for an operator."""
+
+
+def _check_minutes(parameter: str, value: float, *, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise InputError(parameter, value, f"must be a number from {low:g} to {high:g}")
+    return float(value)
+
+
+def _check_max_attempts(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
+        raise InputError("max_attempts", value, "must be a whole number from 1 to 10")
+    return value
+
+
+@flow(name="redeliver-missed-events", log_prints=False)
+async def redeliver_missed_events(
+    grace_minutes: Annotated[float, title("Grace (minutes)")] = DEFAULT_GRACE_MINUTES,
+    window_minutes: Annotated[float, title("Window (minutes)")] = DEFAULT_WINDOW_MINUTES,
+    max_attempts: Annotated[int, title("Max resends")] = DEFAULT_MAX_ATTEMPTS,
+    lookback_hours: Annotated[float, title("Lookback (hours)")] = DEFAULT_LOOKBACK_HOURS,
+) -> RedeliveryReport:
+    """Send again the events whose event-triggered deployment run never started, or report them.
+
+    Args:
+        grace_minutes: Events received more recently are left to Prefect (it may still be
+            acting on them). At least 5.5 to be useful: the server drops a resend of an id it
+            saw in the last five minutes.
+        window_minutes: Events received longer ago than this are not checked for the first
+            time (up to 30: the server remembers evaluated events for 30 minutes, so a resend
+            inside that time never starts a second run).
+        max_attempts: Resends of one event before it is reported for an operator (1 to 10).
+        lookback_hours: How far back an event's own time may lie (a bridged audit entry keeps
+            the entry's date).
+    """
+    grace = timedelta(minutes=_check_minutes("grace_minutes", grace_minutes, low=0, high=60))
+    window = timedelta(minutes=_check_minutes("window_minutes", window_minutes, low=0, high=30))
+    if window < grace:
+        raise InputError("window_minutes", window_minutes, "must not be below grace_minutes")
+    max_attempts = _check_max_attempts(max_attempts)
+    lookback = timedelta(
+        hours=_check_minutes("lookback_hours", lookback_hours, low=1, high=24 * 30)
+    )
+    logger = get_run_logger()
+    now = datetime.now(UTC)
+
+    checked, unchecked = classify(await read_automations())
+    report = RedeliveryReport(
+        automations_checked=[automation.name for automation in checked],
+        automations_not_checked={item.name: item.reason for item in unchecked},
+    )
+    ledger = read_ledger(await read_redelivery_records(now - timedelta(days=FOLLOW_UP_DAYS)))
+    candidates, covering = await _candidates(checked, ledger, now, grace, window, lookback)
+    report.events_checked = len(candidates)
+    missed = await _missed(candidates, covering)
+    decided = plan(missed, ledger, now=now, max_attempts=max_attempts, settle=grace)
+    report.waiting = len(decided.waiting)
+    await _resend(decided, report)
+    if decided.give_up:
+        await _give_up(decided, report)
+    logger.info(
+        "Checked %s events of %s automations: %s resent, %s given up, %s waiting",
+        report.events_checked,
+        len(checked),
+        len(report.resent),
+        len(report.given_up),
+        report.waiting,
+    )
+    if report.given_up:
+        raise EventsNotRedelivered(
+            f"{len(report.given_up)} events still have no run after {max_attempts} resends "
+            "(see the artifact 'missed-events'); start their deployments by hand"
+        )
+    return report
+
+
+async def _candidates(
+    checked: list[CheckedAutomation],
+    ledger: Ledger,
+    now: datetime,
+    grace: timedelta,
+    window: timedelta,
+    lookback: timedelta,
+) -> tuple[dict[UUID, ReceivedEvent], dict[UUID, set[str]]]:
+    """Events to look at: new ones inside the window, and those resent before."""
+    candidates: dict[UUID, ReceivedEvent] = {}
+    covering: dict[UUID, set[str]] = defaultdict(set)
+    followed = ledger.followed()
+    for automation in checked:
+        for event in await read_covered_events(automation, now - lookback, now):
+            new = now - window <= event.received <= now - grace
+            if event.id not in ledger.gave_up and (new or event.id in followed):
+                candidates[event.id] = event
+                covering[event.id].add(automation.name)
+    unseen = sorted(followed - set(candidates), key=str)
+    if unseen:
+        for event in await read_events_by_id(unseen, now - timedelta(days=FOLLOW_UP_DAYS)):
+            for automation in checked:
+                if covers(automation.trigger, event):
+                    candidates[event.id] = event
+                    covering[event.id].add(automation.name)
+    return candidates, covering
+
+
+async def _missed(
+    candidates: dict[UUID, ReceivedEvent], covering: dict[UUID, set[str]]
+) -> list[Missed]:
+    if not candidates:
+        return []
+    names = sorted({name for names in covering.values() for name in names})
+    earliest = min(event.received for event in candidates.values()) - timedelta(minutes=1)
+    acted = await read_acted_on(names, earliest)
+    missed: list[Missed] = []
+    for event_id, event in sorted(candidates.items(), key=lambda item: item[1].received):
+        left = tuple(name for name in sorted(covering[event_id]) if event_id not in acted[name])
+        if left:
+            missed.append(Missed(event, left))
+    return missed
+
+
+async def _resend(decided: Plan, report: RedeliveryReport) -> None:
+    if not decided.resend:
+        return
+    logger = get_run_logger()
+    await resend_events([as_sent(item.event) for item, _ in decided.resend])
+    await resend_events(
+        [sent_marker(item.event, item.automations, attempt) for item, attempt in decided.resend]
+    )
+    for item, attempt in decided.resend:
+        row = _row(item, attempt)
+        report.resent.append(row)
+        logger.warning(
+            "Resent %s %s (%s; received %s): %s did not start a run (attempt %s)",
+            row.event,
+            row.event_id,
+            row.resource,
+            row.received.isoformat(),
+            ", ".join(row.automations),
+            attempt,
+        )
+    await _publish(report)
+
+
+async def _give_up(decided: Plan, report: RedeliveryReport) -> None:
+    await resend_events(
+        [
+            gave_up_marker(item.event, item.automations, attempts)
+            for item, attempts in decided.give_up
+        ]
+    )
+    report.given_up = [_row(item, attempts) for item, attempts in decided.give_up]
+    await _publish(report)
+
+
+def _row(item: Missed, attempt: int) -> MissedEventRow:
+    return MissedEventRow(
+        event_id=str(item.event.id),
+        event=item.event.event,
+        resource=item.event.resource.id,
+        received=item.event.received,
+        automations=list(item.automations),
+        attempt=attempt,
+    )
+
+
+async def _publish(report: RedeliveryReport) -> None:
+    lines = [
+        "| event | resource | received | automation | resends | outcome |",
+        "|---|---|---|---|---|---|",
+    ]
+    for outcome, rows in (("resent", report.resent), ("**no run: given up**", report.given_up)):
+        for row in rows:
+            lines.append(
+                f"| `{row.event}` `{row.event_id}` | `{row.resource}` | "
+                f"{row.received.isoformat(timespec='seconds')} | {', '.join(row.automations)} | "
+                f"{row.attempt} | {outcome} |"
+            )
+    next_step = (
+        "\n\nGiven up: open the event in the Event Feed, then run the automation's deployment "
+        "by hand with the parameters it would have set (every flow is safe to run again)."
+        if report.given_up
+        else ""
+    )
+    await acreate_markdown_artifact(
+        key="missed-events",
+        markdown=(
+            "## Events whose deployment run never started\n\n"
+            "Resent events go through the automation again; the next runs check that they "
+            "started their runs.\n\n" + "\n".join(lines) + next_step
+        ),
+        description=f"{len(report.resent)} resent, {len(report.given_up)} given up",
+    )
