@@ -48,9 +48,8 @@ def burst(sqlite: dict[str, Any], postgresql: dict[str, Any]) -> dict[str, Any]:
         "config": {
             "events": 40,
             "workers": 3,
-            "timeout_seconds": 1200,
+            "timeout_seconds": 1800,
             "settle_seconds": 15,
-            "missing_runs_patience_seconds": 180,
             "backends": ["sqlite", "postgresql"],
         },
         "backends": {"sqlite": sqlite, "postgresql": postgresql},
