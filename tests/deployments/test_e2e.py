@@ -223,6 +223,8 @@ def test_audit_log_events_drive_deployments_end_to_end(
 
 # ---------------------------------------------------------------- events the triggers missed
 REDELIVER = "redeliver-missed-events/redeliver-missed-events"
+SENT = "compliance.redelivery.sent"
+GAVE_UP = "compliance.redelivery.gave-up"
 PROMOTE_AUTOMATION = "promote-vendor-when-discovered"
 
 
@@ -287,42 +289,6 @@ def promotions_of(stack: LocalStack, vendor: str) -> list[dict[str, Any]]:
     return [run for run in flow_runs(stack, PROMOTE) if promoted(run) == vendor]
 
 
-def test_an_event_the_server_dropped_gets_its_run_from_the_redelivery(
-    stack: LocalStack, control: SandboxControl
-) -> None:
-    """The server restarts before its triggers acted on an event: the redelivery sends the
-    event again and the automation starts the promotion it never started. A second check sends
-    nothing. (The automation is paused while the event arrives; restarts make sure the server
-    has taken the pause in, and then forgets that it saw the event.)"""
-    vendor = unpromoted_vendor(stack, control)
-    set_automation_enabled(stack, PROMOTE_AUTOMATION, False)
-    stack.restart_prefect_server()
-    event_id = emit_vendor_discovered(stack, vendor)
-    stack.restart_prefect_server()
-    set_automation_enabled(stack, PROMOTE_AUTOMATION, True)
-    assert promotions_of(stack, vendor) == []
-    resource = f"prefect.event.{event_id}"
-
-    state = redeliver(stack)
-    assert state["type"] == "COMPLETED", state["message"]
-    (run,) = eventually(
-        "the promotion started by the resent event",
-        lambda: [r for r in promotions_of(stack, vendor) if final([r])],
-    )
-    assert run["state"]["type"] == "COMPLETED"
-    assert control.stats()["write_counts"]["add_to_managed"][vendor] == 1
-    (sent,) = eventually(
-        "the resend's record",
-        lambda: events_about(stack, ["compliance.redelivery.sent"], resource=resource),
-    )
-    assert sent["payload"]["attempt"] == 1
-    assert sent["payload"]["automations"] == [PROMOTE_AUTOMATION]
-
-    assert redeliver(stack)["type"] == "COMPLETED"
-    assert len(events_about(stack, ["compliance.redelivery.sent"], resource=resource)) == 1
-    assert len(promotions_of(stack, vendor)) == 1
-
-
 @pytest.fixture
 def failing_automation(stack: LocalStack) -> Iterator[str]:
     """An automation whose action always fails (its deployment does not exist), for
@@ -347,49 +313,78 @@ def failing_automation(stack: LocalStack) -> Iterator[str]:
     stack.request("DELETE", f"/automations/{automation['id']}")
 
 
-def test_an_event_that_never_gets_its_run_is_reported_once(
-    stack: LocalStack, failing_automation: str
-) -> None:
-    """An automation's action fails for an event, and the server drops resends of an event it
-    has evaluated: after the last resend the redelivery reports the event, ends Failed, and the
-    next run leaves it alone."""
+def emit_never_acted(stack: LocalStack) -> str:
     event_id = str(uuid.uuid4())
-    resource_id = f"compliance.test.{event_id}"
     event = {
         "id": event_id,
         "occurred": datetime.now(UTC).isoformat(),
         "event": "compliance.test_never_acted",
-        "resource": {"prefect.resource.id": resource_id},
+        "resource": {"prefect.resource.id": f"compliance.test.{event_id}"},
     }
     stack.request("POST", "/events", [event])
+    return event_id
+
+
+def records(stack: LocalStack, name: str, event_id: str) -> list[dict[str, Any]]:
+    """The redelivery's records (``compliance.redelivery.*``) about one event."""
+    return events_about(stack, [name], resource=f"prefect.event.{event_id}")
+
+
+def test_events_the_triggers_missed_are_resent_or_reported_once(
+    stack: LocalStack, control: SandboxControl, failing_automation: str
+) -> None:
+    """Two events no automation acted on, checked by the same redelivery runs:
+
+    - a vendor discovered while the server went down before its triggers acted (here: the
+      automation was paused while the event arrived; restarts make sure the server took the
+      pause in, then forget that it saw the event): resent, the automation starts the
+      promotion it never started, and the next check sends nothing more;
+    - an event whose automation's action always fails: after the last resend it is reported
+      (the run ends Failed), and the next run leaves it alone.
+    """
+    vendor = unpromoted_vendor(stack, control)
+    set_automation_enabled(stack, PROMOTE_AUTOMATION, False)
+    stack.restart_prefect_server()
+    dropped = emit_vendor_discovered(stack, vendor)
+    stack.restart_prefect_server()
+    set_automation_enabled(stack, PROMOTE_AUTOMATION, True)
+    failing = emit_never_acted(stack)
     eventually(
-        "the automation's action to fail",
+        "the failing automation's action to fail",
         lambda: [
             e
             for e in events_about(stack, ["prefect.automation.action.failed"])
             if e["resource"]["prefect.resource.name"] == failing_automation
         ],
     )
-    resource = f"prefect.event.{event_id}"
+    assert promotions_of(stack, vendor) == []
 
     state = redeliver(stack, max_attempts=1)
     assert state["type"] == "COMPLETED", state["logs"]
-    (sent,) = eventually(
-        "the resend's record",
-        lambda: events_about(stack, ["compliance.redelivery.sent"], resource=resource),
-    )
+    (sent,) = eventually("the resend's record", lambda: records(stack, SENT, dropped))
+    assert sent["payload"]["attempt"] == 1
+    assert sent["payload"]["automations"] == [PROMOTE_AUTOMATION]
+    (sent,) = eventually("the other resend's record", lambda: records(stack, SENT, failing))
     assert sent["payload"]["automations"] == [failing_automation]
-    state = redeliver(stack, max_attempts=1)
-    assert state["type"] == "FAILED", state
-    assert "still have no run after 1 resends" in state["message"]
-    (gave_up,) = eventually(
-        "the record of giving up",
-        lambda: events_about(stack, ["compliance.redelivery.gave-up"], resource=resource),
+    (run,) = eventually(
+        "the promotion started by the resent event",
+        lambda: [r for r in promotions_of(stack, vendor) if final([r])],
     )
-    assert gave_up["payload"]["event_resource"] == resource_id
+    assert run["state"]["type"] == "COMPLETED"
+    assert control.stats()["write_counts"]["add_to_managed"][vendor] == 1
 
-    assert redeliver(stack, max_attempts=1)["type"] == "COMPLETED"
-    assert len(events_about(stack, ["compliance.redelivery.gave-up"], resource=resource)) == 1
+    state = redeliver(stack, max_attempts=1)
+    assert state["type"] == "FAILED", state["logs"]
+    assert "still have no run after 1 resends" in state["message"]
+    (gave_up,) = eventually("the record of giving up", lambda: records(stack, GAVE_UP, failing))
+    assert gave_up["payload"]["event_resource"] == f"compliance.test.{failing}"
+
+    state = redeliver(stack, max_attempts=1)
+    assert state["type"] == "COMPLETED", state["logs"]
+    assert len(records(stack, SENT, dropped)) == 1
+    assert records(stack, GAVE_UP, dropped) == []
+    assert len(records(stack, GAVE_UP, failing)) == 1
+    assert len(promotions_of(stack, vendor)) == 1
 
 
 # ------------------------------------------------------------------------------- last
