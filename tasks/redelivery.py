@@ -150,8 +150,10 @@ async def resend_events(events: list[Event]) -> int:
 
 
 def as_sent(event: ReceivedEvent) -> Event:
-    """The event as its emitter sent it (without the server's ``received``)."""
-    return Event.model_validate(event.model_dump(exclude={"received"}))
+    """The event as its emitter sent it, without the server's ``received`` and without
+    ``follows``: the trigger service holds an event back until the one it follows has been
+    processed, which for a missed event is long past (or was itself forgotten)."""
+    return Event.model_validate(event.model_dump(exclude={"received", "follows"}))
 
 
 def _event_id(resource_id: str) -> UUID | None:

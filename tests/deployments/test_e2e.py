@@ -234,19 +234,13 @@ def unpromoted_vendor(stack: LocalStack, control: SandboxControl) -> str:
     return next(v for v in reversed(control.seed()["discovered_vendors"]) if v not in named)
 
 
-def set_automation_enabled(stack: LocalStack, name: str, enabled: bool) -> None:
-    (automation,) = [
-        a for a in stack.request("POST", "/automations/filter", {}).json() if a["name"] == name
-    ]
-    stack.request("PATCH", f"/automations/{automation['id']}", {"enabled": enabled})
-
-
-def emit_vendor_discovered(stack: LocalStack, vendor: str) -> str:
+def emit_vendor_discovered(stack: LocalStack, vendor: str, *, follows: str | None = None) -> str:
     """The event the bridge sends for a vendor_discovered entry (audit_log/events.py); returns
     its id once the server has stored it."""
     event_id = str(uuid.uuid4())
     event = {
         "id": event_id,
+        "follows": follows,
         "occurred": datetime.now(UTC).isoformat(),
         "event": "compliance.vendor_discovered",
         "resource": {
@@ -335,19 +329,16 @@ def test_events_the_triggers_missed_are_resent_or_reported_once(
 ) -> None:
     """Two events no automation acted on, checked by the same redelivery runs:
 
-    - a vendor discovered while the server went down before its triggers acted (here: the
-      automation was paused while the event arrived; restarts make sure the server took the
-      pause in, then forget that it saw the event): resent, the automation starts the
-      promotion it never started, and the next check sends nothing more;
+    - a vendor discovered while the server went down before its triggers acted (the event
+      follows one the server has not seen, so its triggers hold it back in memory, and the
+      restart forgets it): resent, the automation starts the promotion it never started, and
+      the next check sends nothing more;
     - an event whose automation's action always fails: after the last resend it is reported
       (the run ends Failed), and the next run leaves it alone.
     """
     vendor = unpromoted_vendor(stack, control)
-    set_automation_enabled(stack, PROMOTE_AUTOMATION, False)
+    dropped = emit_vendor_discovered(stack, vendor, follows=str(uuid.uuid4()))
     stack.restart_prefect_server()
-    dropped = emit_vendor_discovered(stack, vendor)
-    stack.restart_prefect_server()
-    set_automation_enabled(stack, PROMOTE_AUTOMATION, True)
     failing = emit_never_acted(stack)
     eventually(
         "the failing automation's action to fail",
