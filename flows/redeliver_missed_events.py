@@ -1,26 +1,27 @@
 """Runbook: events that an event-triggered deployment never got its run for are sent again.
 
-Prefect's trigger service can drop an event (on SQLite a burst makes its evaluation fail with
-"database is locked"; a server restart forgets events not yet evaluated): the deployment never
-gets its run, and nothing else would notice. The deployment ``redeliver-missed-events`` runs
-this flow every few minutes:
+Prefect's trigger service can drop an event: on SQLite a burst makes its evaluation fail with
+"database is locked", or the run-deployment action fails with a 503 from the busy database; a
+server restart forgets events not yet evaluated. The deployment never gets its run, and nothing
+else would notice. The deployment ``redeliver-missed-events`` runs this flow every 5 minutes:
 
 1. Take the automations that start one deployment run per event (``redelivery/automations.py``);
    others are listed as not checked.
 2. For each, the events it covers received between ``window_minutes`` and ``grace_minutes`` ago,
    plus those resent by earlier runs, against the ``prefect.automation.action.executed`` events
-   of its runs. An event without one is missed.
-3. Send a missed event again, under its own id: Prefect matches it, fills in the parameters and
-   starts the run as it would have. Each resend is recorded as a ``compliance.redelivery.sent``
-   event (``redelivery/ledger.py``), at least 5.5 minutes apart (the server drops an id it saw in
-   the last five), at most ``max_attempts`` times.
-4. An event still without a run ``grace_minutes`` after the last resend is reported (an
+   of its runs. An event without one (for the original or any copy of it) is missed.
+3. Send a copy of a missed event under a new id (the server ignores an id it has evaluated
+   for 30 minutes, even when the action failed): Prefect matches it, fills in the parameters
+   and starts the run as it would have. Each resend is recorded as a
+   ``compliance.redelivery.sent`` event (``redelivery/ledger.py``), at most ``max_attempts``
+   times, ``grace_minutes`` apart.
+4. An event still without a run ``grace_minutes`` after the last resend, or one that some of
+   its automations acted on and others not (a copy would repeat the former), is reported (an
    artifact and a ``compliance.redelivery.gave-up`` event) and the run ends Failed, for an
    operator.
 
-Why the window: the server remembers for 30 minutes which events its triggers have evaluated and
-ignores a resend of one of those, so a resend cannot start a second run; an event first checked
-later than that could. Every deployment's flow is safe to run again anyway.
+A run is started twice only if Prefect started one without recording it; every deployment's
+flow is safe to run again anyway.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ from pydantic import BaseModel
 
 from compliance_api.errors import InputError
 from redelivery.automations import CheckedAutomation, classify, covers
-from redelivery.ledger import Ledger, gave_up_marker, read_ledger, sent_marker
+from redelivery.ledger import Ledger, copy_id, gave_up_marker, read_ledger, sent_marker
 from redelivery.plan import Missed, Plan, plan
 from runtime.form import title
 from tasks.redelivery import (
-    as_sent,
+    as_copy,
     read_acted_on,
     read_automations,
     read_covered_events,
@@ -51,7 +52,7 @@ from tasks.redelivery import (
 )
 
 DEFAULT_GRACE_MINUTES = 6.0
-DEFAULT_WINDOW_MINUTES = 25.0
+DEFAULT_WINDOW_MINUTES = 30.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_LOOKBACK_HOURS = 24.0
 #: a resent event is looked up by id this far back (its own time may lie before the lookback)
@@ -65,6 +66,7 @@ class MissedEventRow(BaseModel):
     received: datetime
     automations: list[str]
     attempt: int
+    reason: str = ""
 
 
 class RedeliveryReport(BaseModel):
@@ -105,17 +107,17 @@ async def redeliver_missed_events(
 
     Args:
         grace_minutes: Events received more recently are left to Prefect (it may still be
-            acting on them). At least 5.5 to be useful: the server drops a resend of an id it
-            saw in the last five minutes.
+            acting on them); also the wait after a resend before it counts as failed.
         window_minutes: Events received longer ago than this are not checked for the first
-            time (up to 30: the server remembers evaluated events for 30 minutes, so a resend
-            inside that time never starts a second run).
+            time (up to a day).
         max_attempts: Resends of one event before it is reported for an operator (1 to 10).
         lookback_hours: How far back an event's own time may lie (a bridged audit entry keeps
             the entry's date).
     """
     grace = timedelta(minutes=_check_minutes("grace_minutes", grace_minutes, low=0, high=60))
-    window = timedelta(minutes=_check_minutes("window_minutes", window_minutes, low=0, high=30))
+    window = timedelta(
+        minutes=_check_minutes("window_minutes", window_minutes, low=0, high=24 * 60)
+    )
     if window < grace:
         raise InputError("window_minutes", window_minutes, "must not be below grace_minutes")
     max_attempts = _check_max_attempts(max_attempts)
@@ -133,7 +135,7 @@ async def redeliver_missed_events(
     ledger = read_ledger(await read_redelivery_records(now - timedelta(days=FOLLOW_UP_DAYS)))
     candidates, covering = await _candidates(checked, ledger, now, grace, window, lookback)
     report.events_checked = len(candidates)
-    missed = await _missed(candidates, covering)
+    missed = await _missed(candidates, covering, ledger)
     decided = plan(missed, ledger, now=now, max_attempts=max_attempts, settle=grace)
     report.waiting = len(decided.waiting)
     await _resend(decided, report)
@@ -149,8 +151,8 @@ async def redeliver_missed_events(
     )
     if report.given_up:
         raise EventsNotRedelivered(
-            f"{len(report.given_up)} events still have no run after {max_attempts} resends "
-            "(see the artifact 'missed-events'); start their deployments by hand"
+            f"{len(report.given_up)} events still have no run after up to {max_attempts} "
+            "resends (see the artifact 'missed-events'); start their deployments by hand"
         )
     return report
 
@@ -169,6 +171,8 @@ async def _candidates(
     followed = ledger.followed()
     for automation in checked:
         for event in await read_covered_events(automation, now - lookback, now):
+            if event.id in ledger.originals:
+                continue  # a copy this flow sent: it is checked as its original
             new = now - window <= event.received <= now - grace
             if event.id not in ledger.gave_up and (new or event.id in followed):
                 candidates[event.id] = event
@@ -184,8 +188,10 @@ async def _candidates(
 
 
 async def _missed(
-    candidates: dict[UUID, ReceivedEvent], covering: dict[UUID, set[str]]
+    candidates: dict[UUID, ReceivedEvent], covering: dict[UUID, set[str]], ledger: Ledger
 ) -> list[Missed]:
+    """Candidates that some automation covering them did not act on (for the original or a
+    copy)."""
     if not candidates:
         return []
     names = sorted({name for names in covering.values() for name in names})
@@ -193,9 +199,10 @@ async def _missed(
     acted = await read_acted_on(names, earliest)
     missed: list[Missed] = []
     for event_id, event in sorted(candidates.items(), key=lambda item: item[1].received):
-        left = tuple(name for name in sorted(covering[event_id]) if event_id not in acted[name])
+        ids = {event_id} | ledger.copies_of(event_id)
+        left = tuple(name for name in sorted(covering[event_id]) if not ids & acted[name])
         if left:
-            missed.append(Missed(event, left))
+            missed.append(Missed(event, left, partly_acted=len(left) < len(covering[event_id])))
     return missed
 
 
@@ -203,7 +210,9 @@ async def _resend(decided: Plan, report: RedeliveryReport) -> None:
     if not decided.resend:
         return
     logger = get_run_logger()
-    await resend_events([as_sent(item.event) for item, _ in decided.resend])
+    await resend_events(
+        [as_copy(item.event, copy_id(item.event.id, attempt)) for item, attempt in decided.resend]
+    )
     await resend_events(
         [sent_marker(item.event, item.automations, attempt) for item, attempt in decided.resend]
     )
@@ -223,17 +232,15 @@ async def _resend(decided: Plan, report: RedeliveryReport) -> None:
 
 
 async def _give_up(decided: Plan, report: RedeliveryReport) -> None:
-    await resend_events(
-        [
-            gave_up_marker(item.event, item.automations, attempts)
-            for item, attempts in decided.give_up
-        ]
-    )
-    report.given_up = [_row(item, attempts) for item, attempts in decided.give_up]
+    markers = [
+        gave_up_marker(item.event, item.automations, n, why) for item, n, why in decided.give_up
+    ]
+    await resend_events(markers)
+    report.given_up = [_row(item, n, why) for item, n, why in decided.give_up]
     await _publish(report)
 
 
-def _row(item: Missed, attempt: int) -> MissedEventRow:
+def _row(item: Missed, attempt: int, reason: str = "") -> MissedEventRow:
     return MissedEventRow(
         event_id=str(item.event.id),
         event=item.event.event,
@@ -241,6 +248,7 @@ def _row(item: Missed, attempt: int) -> MissedEventRow:
         received=item.event.received,
         automations=list(item.automations),
         attempt=attempt,
+        reason=reason,
     )
 
 
@@ -249,8 +257,9 @@ async def _publish(report: RedeliveryReport) -> None:
         "| event | resource | received | automation | resends | outcome |",
         "|---|---|---|---|---|---|",
     ]
-    for outcome, rows in (("resent", report.resent), ("**no run: given up**", report.given_up)):
+    for rows in (report.resent, report.given_up):
         for row in rows:
+            outcome = f"**given up**: {row.reason}" if row.reason else "resent"
             lines.append(
                 f"| `{row.event}` `{row.event_id}` | `{row.resource}` | "
                 f"{row.received.isoformat(timespec='seconds')} | {', '.join(row.automations)} | "
@@ -266,8 +275,8 @@ async def _publish(report: RedeliveryReport) -> None:
         key="missed-events",
         markdown=(
             "## Events whose deployment run never started\n\n"
-            "Resent events go through the automation again; the next runs check that they "
-            "started their runs.\n\n" + "\n".join(lines) + next_step
+            "A resent event goes through its automation again as a copy under a new id; the "
+            "next runs check that it started its run.\n\n" + "\n".join(lines) + next_step
         ),
         description=f"{len(report.resent)} resent, {len(report.given_up)} given up",
     )

@@ -1,9 +1,12 @@
 """The record of redeliveries, kept as Prefect events (visible in the UI's event feed).
 
-Each resend of a missed event is followed by a ``compliance.redelivery.sent`` event about it
-(``prefect.event.<id>``, with the attempt); an event that still has no run after the last
-attempt gets one ``compliance.redelivery.gave-up`` event. Their ids are derived from the missed
-event's id and the attempt, so a retried task records an attempt once.
+A missed event is sent again as a copy under a new id (``copy_id``: derived from the original's
+id and the attempt), because the server ignores an id it has already evaluated for 30 minutes
+(an automation whose action failed has evaluated it). Each resend is followed by a
+``compliance.redelivery.sent`` event about the original (``prefect.event.<id>``, with the
+attempt and the copy's id); an event that still has no run after the last attempt gets one
+``compliance.redelivery.gave-up`` event. All these ids are derived, so a retried task sends and
+records an attempt once.
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ class Ledger:
     attempts: dict[UUID, int] = field(default_factory=dict)
     last_sent: dict[UUID, datetime] = field(default_factory=dict)
     gave_up: set[UUID] = field(default_factory=set)
+    #: copy id -> the original it was sent for
+    originals: dict[UUID, UUID] = field(default_factory=dict)
+
+    def copies_of(self, original: UUID) -> set[UUID]:
+        return {copy for copy, of in self.originals.items() if of == original}
 
     def followed(self) -> set[UUID]:
         """Events resent before and not given up: each needs another look."""
@@ -51,15 +59,29 @@ def read_ledger(markers: Iterable[ReceivedEvent]) -> Ledger:
             previous = ledger.last_sent.get(missed_id)
             if previous is None or marker.occurred > previous:
                 ledger.last_sent[missed_id] = marker.occurred
+            copy = _uuid(marker.payload.get("copy_id"))
+            if copy is not None:
+                ledger.originals[copy] = missed_id
     return ledger
 
 
+def copy_id(original: UUID, attempt: int) -> UUID:
+    """The id of the copy of ``original`` sent at ``attempt``."""
+    return deterministic_event_id("redelivery-copy", str(original), str(attempt))
+
+
 def sent_marker(missed: ReceivedEvent, automations: Sequence[str], attempt: int) -> Event:
-    return _marker(SENT, missed, automations, attempt)
+    marker = _marker(SENT, missed, automations, attempt)
+    marker.payload["copy_id"] = str(copy_id(missed.id, attempt))
+    return marker
 
 
-def gave_up_marker(missed: ReceivedEvent, automations: Sequence[str], attempts: int) -> Event:
-    return _marker(GAVE_UP, missed, automations, attempts)
+def gave_up_marker(
+    missed: ReceivedEvent, automations: Sequence[str], attempts: int, reason: str
+) -> Event:
+    marker = _marker(GAVE_UP, missed, automations, attempts)
+    marker.payload["reason"] = reason
+    return marker
 
 
 def _marker(name: str, missed: ReceivedEvent, automations: Sequence[str], attempt: int) -> Event:
@@ -89,8 +111,12 @@ def _missed_event_id(marker: ReceivedEvent) -> UUID | None:
     resource_id = marker.resource.id
     if not resource_id.startswith(EVENT_RESOURCE_PREFIX):
         return None
+    return _uuid(resource_id.removeprefix(EVENT_RESOURCE_PREFIX))
+
+
+def _uuid(value: object) -> UUID | None:
     try:
-        return UUID(resource_id.removeprefix(EVENT_RESOURCE_PREFIX))
+        return UUID(str(value)) if value is not None else None
     except ValueError:
         return None
 

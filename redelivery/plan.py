@@ -1,8 +1,8 @@
 """Deciding, per missed event, whether to send it again, wait, or give up.
 
 After a resend Prefect gets ``settle`` (the flow's grace) to start the run before the event
-counts as missed again. Another resend waits for ``RESEND_SPACING`` besides: the Prefect server
-drops an event id it has published in the last five minutes.
+counts as missed again. An event that some automations acted on and others did not is given up
+at once: a copy would make the ones that acted act again.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from prefect.events.schemas.events import ReceivedEvent
 
 from redelivery.ledger import Ledger
 
-#: Prefect's publisher drops an event id seen in the last 5 minutes; a little more than that
-RESEND_SPACING = timedelta(minutes=5, seconds=30)
+PARTLY_ACTED = "other automations acted on it: a copy would make them act again"
+NO_RUN = "no run after the last resend"
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,15 @@ class Missed:
 
     event: ReceivedEvent
     automations: tuple[str, ...]
+    #: some automations covering it acted on it
+    partly_acted: bool = False
 
 
 @dataclass
 class Plan:
     resend: list[tuple[Missed, int]] = field(default_factory=list)
-    give_up: list[tuple[Missed, int]] = field(default_factory=list)
+    #: (event, attempts so far, why)
+    give_up: list[tuple[Missed, int, str]] = field(default_factory=list)
     waiting: list[Missed] = field(default_factory=list)
 
 
@@ -48,12 +51,12 @@ def plan(
         attempts = ledger.attempts.get(item.event.id, 0)
         last = ledger.last_sent.get(item.event.id)
         since_last = now - last if last is not None else None
-        if since_last is not None and since_last < settle:
+        if item.partly_acted:
+            result.give_up.append((item, attempts, PARTLY_ACTED))
+        elif since_last is not None and since_last < settle:
             result.waiting.append(item)
         elif attempts >= max_attempts:
-            result.give_up.append((item, attempts))
-        elif since_last is not None and since_last < RESEND_SPACING:
-            result.waiting.append(item)
+            result.give_up.append((item, attempts, NO_RUN))
         else:
             result.resend.append((item, attempts + 1))
     return result

@@ -140,20 +140,21 @@ async def read_events_by_id(ids: list[UUID], since: datetime) -> list[ReceivedEv
 
 @task(name="Send missed events again", cache_policy=NONE, retries=2, retry_delay_seconds=2)
 async def resend_events(events: list[Event]) -> int:
-    """Send events exactly as stored (no run context added: they must match as before).
+    """Send events as built (no run context added: copies must match as the originals did).
 
-    Retrying is safe: the ids are the original ones and the records' are derived.
+    Retrying is safe: every id is derived, and the server keeps an id once.
     """
     async with EventSink(attach_run_context=False) as sink:
         await sink.send(events)
     return len(events)
 
 
-def as_sent(event: ReceivedEvent) -> Event:
-    """The event as its emitter sent it, without the server's ``received`` and without
-    ``follows``: the trigger service holds an event back until the one it follows has been
-    processed, which for a missed event is long past (or was itself forgotten)."""
-    return Event.model_validate(event.model_dump(exclude={"received", "follows"}))
+def as_copy(event: ReceivedEvent, new_id: UUID) -> Event:
+    """The event as its emitter sent it, under ``new_id``, without the server's ``received``
+    and without ``follows``: the trigger service holds an event back until the one it follows
+    has been processed, which for a missed event is long past (or was itself forgotten)."""
+    data = event.model_dump(exclude={"received", "follows"})
+    return Event.model_validate(data | {"id": new_id})
 
 
 def _event_id(resource_id: str) -> UUID | None:

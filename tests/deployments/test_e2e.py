@@ -355,6 +355,7 @@ def test_events_the_triggers_missed_are_resent_or_reported_once(
     (sent,) = eventually("the resend's record", lambda: records(stack, SENT, dropped))
     assert sent["payload"]["attempt"] == 1
     assert sent["payload"]["automations"] == [PROMOTE_AUTOMATION]
+    assert sent["payload"]["copy_id"] != dropped  # a copy: the server may ignore the original
     (sent,) = eventually("the other resend's record", lambda: records(stack, SENT, failing))
     assert sent["payload"]["automations"] == [failing_automation]
     (run,) = eventually(
@@ -366,9 +367,10 @@ def test_events_the_triggers_missed_are_resent_or_reported_once(
 
     state = redeliver(stack, max_attempts=1)
     assert state["type"] == "FAILED", state["logs"]
-    assert "still have no run after 1 resends" in state["message"]
+    assert "still have no run after up to 1 resends" in state["message"]
     (gave_up,) = eventually("the record of giving up", lambda: records(stack, GAVE_UP, failing))
     assert gave_up["payload"]["event_resource"] == f"compliance.test.{failing}"
+    assert gave_up["payload"]["reason"] == "no run after the last resend"
 
     state = redeliver(stack, max_attempts=1)
     assert state["type"] == "COMPLETED", state["logs"]

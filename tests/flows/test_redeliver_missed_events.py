@@ -19,7 +19,7 @@ from flows.redeliver_missed_events import redeliver_missed_events
     [
         ({"grace_minutes": -1}, "grace_minutes"),
         ({"grace_minutes": "6"}, "grace_minutes"),
-        ({"window_minutes": 31}, "window_minutes"),
+        ({"window_minutes": 24 * 60 + 1}, "window_minutes"),
         ({"grace_minutes": 10, "window_minutes": 8}, "window_minutes"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"max_attempts": True}, "max_attempts"),
