@@ -21,7 +21,7 @@ default postgres@127.0.0.1:5432); each benchmark creates a fresh database and dr
 ``--quick`` runs small sizes (a smoke test of the runner, minutes not tens of minutes: 1,000 and
 10,000 ids once, 3 x 2 token runs, a burst of 8); its numbers are not the ones to quote. A full
 run takes about half an hour on 2 cores (more when the SQLite burst loses runs: it then waits
-for the redelivery to resend their events, 6 to 11 minutes or more). Ratios and counts only:
+for the redelivery to resend their events, 15 to 20 minutes or more). Ratios and counts only:
 absolute times depend on the machine and on what else runs on it (the load average is recorded
 next to every result).
 """
@@ -392,7 +392,7 @@ def _burst_md(result: dict[str, Any]) -> list[str]:
         "run's creation until every promotion run is final and no crash recovery is under way "
         f"(held {config['settle_seconds']:g} s; timeout {config['timeout_seconds']:g} s). "
         "An event whose run Prefect's trigger service never created is sent again by the "
-        "stack's scheduled `redeliver-missed-events` (every 5 minutes, events at least 6 "
+        "stack's scheduled `redeliver-missed-events` (every 5 minutes, events at least 15 "
         "minutes old): the wall time includes those late runs. "
         "Lost: promotion runs not Completed plus discovered vendors not managed (a vendor "
         "whose promotion run was never created counts here).",

@@ -16,7 +16,7 @@ Measured: wall time from the bridge run's creation until every promotion run is 
 crash recovery is under way, held for a few seconds so a crash that recovery would restart is
 not taken for the end). An event whose run Prefect's trigger service never created (SQLite
 under a burst drops some) is sent again by the stack's scheduled ``redeliver-missed-events``
-(every 5 minutes, for events at least 6 minutes old), so the burst waits for those runs too,
+(every 5 minutes, for events at least 15 minutes old), so the burst waits for those runs too,
 until the redelivery gives up on an event or the timeout. Lost = promotion runs that did not
 end Completed plus discovered vendors that did not end managed (such as a vendor whose run was
 never created); token mints and 401s during the burst; runs started again after a crash; events
