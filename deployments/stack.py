@@ -379,6 +379,10 @@ class LocalStack:
 
     def launch_worker(self, name: str = WORKER_NAME) -> ChildProcess:
         log_path = None if self.options.worker_output_to_terminal else self.logs_dir / f"{name}.log"
+        env = self.worker_env(name)
+        # Prefect creates its home without parents: a machine's own home must exist beforehand,
+        # or the worker and each of its flow runs warn and run without one
+        Path(env["PREFECT_HOME"]).mkdir(mode=0o700, parents=True, exist_ok=True)
         child = ChildProcess(
             name,
             self._python(
@@ -393,7 +397,7 @@ class LocalStack:
                 "--type",
                 "process",
             ),
-            env=self.worker_env(name),
+            env=env,
             cwd=PROJECT_DIR,
             log_path=log_path,
         )

@@ -62,6 +62,7 @@ def test_workers_share_nothing_but_the_prefect_api(stack: LocalStack) -> None:
     homes = {stack.worker_env(name)["PREFECT_HOME"] for name in stack.worker_names()}
     states = {stack.worker_env(name)["COMPLIANCE_STATE_DIR"] for name in stack.worker_names()}
     assert len(homes) == len(states) == WORKERS
+    assert all(Path(home).is_dir() for home in homes)  # Prefect would not create them itself
     assert not any(Path(a) in Path(b).parents for a in states for b in states)
     assert {stack.worker_env(n)["COMPLIANCE_TOKEN_STORE"] for n in stack.worker_names()} == {
         "prefect"
