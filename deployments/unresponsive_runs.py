@@ -8,9 +8,17 @@ the grace period. This is the automation Prefect documents for self-hosted serve
 zombie flows"). Only runs that have sent a heartbeat are watched, so flows started without
 heartbeats (a script, a test) are never touched.
 
-A second automation covers the moment before: a worker marks a run Pending, then starts its
-process; a worker that dies in between leaves the run Pending with no process at all. A run
-that is Pending for the grace period without starting is marked Crashed too.
+Two more automations cover the moments before the first heartbeat arrives:
+
+- a worker marks a run Pending, then starts its process; a worker that dies in between leaves
+  the run Pending with no process at all: Pending for the grace period without starting means
+  Crashed;
+- the run's process sets it Running, then starts its heartbeats, which reach the server through
+  the events connection moments later; a process killed in between leaves a Running run that
+  never sent one (a killed worker's freshest runs, in a burst). A run of the project's work pool
+  (whose deployments all send heartbeats: prefect.yaml) that is Running for the grace period
+  without a heartbeat or a final state is marked Crashed too. Runs of other pools are left
+  alone, as they may send no heartbeats at all.
 
 Crashed runs of the deployments are then rescheduled by the crash-recovery flow
 (``flows/recover_crashed_runs.py``), a bounded number of times: every flow is safe to rerun.
@@ -28,9 +36,11 @@ from prefect.events.schemas.automations import AutomationCore, EventTrigger, Pos
 from prefect.events.schemas.events import ResourceSpecification
 
 from compliance_api.errors import ConfigurationError
+from deployments.resources import WORK_POOL_NAME
 
 AUTOMATION_NAME = "compliance-flows: mark unresponsive flow runs Crashed"
 PENDING_AUTOMATION_NAME = "compliance-flows: mark flow runs that never started Crashed"
+SILENT_START_AUTOMATION_NAME = "compliance-flows: mark flow runs without a first heartbeat Crashed"
 #: what prefect.yaml sets as PREFECT_FLOWS_HEARTBEAT_FREQUENCY (Prefect's minimum is 30 s)
 HEARTBEAT_SECONDS = 30
 #: three missed heartbeats: a busy machine may delay one, not three
@@ -90,10 +100,32 @@ def stuck_pending_automation(grace: int) -> AutomationCore:
     )
 
 
+def silent_start_automation(grace: int, pool: str = WORK_POOL_NAME) -> AutomationCore:
+    return _mark_crashed(
+        SILENT_START_AUTOMATION_NAME,
+        f"A flow run of the {pool!r} work pool that was Running for {grace} s without a "
+        "heartbeat lost its process before its first heartbeat: it is marked Crashed, so "
+        "crash recovery reschedules it.",
+        after="prefect.flow-run.Running",
+        expect={"prefect.flow-run.heartbeat", *_FINAL_EVENTS},
+        grace=grace,
+        message=f"Running for {grace} s without a heartbeat: the flow run's process is gone.",
+        related={"prefect.resource.role": "work-pool", "prefect.resource.name": pool},
+    )
+
+
 def _mark_crashed(
-    name: str, description: str, *, after: str, expect: set[str], grace: int, message: str
+    name: str,
+    description: str,
+    *,
+    after: str,
+    expect: set[str],
+    grace: int,
+    message: str,
+    related: dict[str, str] | None = None,
 ) -> AutomationCore:
-    """A flow run that sent ``after`` and then none of ``expect`` for ``grace`` s: Crashed."""
+    """A flow run that sent ``after`` and then none of ``expect`` for ``grace`` s: Crashed
+    (only runs with the ``related`` resource, when given)."""
     return AutomationCore(
         name=name,
         description=description,
@@ -101,6 +133,7 @@ def _mark_crashed(
             after={after},
             expect=expect,
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            match_related=ResourceSpecification(related or {}),
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,
             threshold=1,
@@ -123,8 +156,10 @@ async def _ensure(automation: AutomationCore, grace: int) -> str:
 
 
 async def ensure_unresponsive_run_detection() -> str:
-    """Both automations: runs whose process died, and runs that never got one."""
+    """The three automations: runs whose process died, runs that never got one, and runs whose
+    process died before its first heartbeat."""
     grace = grace_seconds()
     running = await _ensure(unresponsive_run_automation(grace), grace)
     pending = await _ensure(stuck_pending_automation(grace), grace)
-    return f"{running}; {pending}"
+    silent = await _ensure(silent_start_automation(grace), grace)
+    return f"{running}; {pending}; {silent}"

@@ -21,8 +21,10 @@ from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
 from sandbox.control import SandboxControl
 from tests.fixtures.stack import (
     assert_no_secret_in_prefect_database,
+    deployment_id,
     eventually,
     final,
+    finished,
     flow_runs,
     run_deployment,
 )
@@ -32,6 +34,8 @@ pytestmark = pytest.mark.timeout(600)
 BRIDGE = "bridge-event-log/every-3-minutes"
 PROMOTE = "Promote discovered vendors/promote-discovered-vendors"
 RECOVER = "recover-crashed-run/recover-crashed-runs"
+#: a deployment of the pool without crash recovery, for a run that never sends a heartbeat
+REDELIVER = "redeliver-missed-events/redeliver-missed-events"
 BURST = 40
 WORKERS = 3
 #: shorter than the 90 s default so the test waits less; still longer than the 30 s heartbeat
@@ -76,6 +80,7 @@ def test_a_burst_with_a_worker_killed_mid_way_loses_nothing(stack: LocalStack) -
     assert len(vendors) == BURST
 
     run_deployment(stack, BRIDGE, {"start_date": started.isoformat(), "reset_checkpoint": True})
+    silent = started_without_a_heartbeat(stack)
     eventually("the first promotions", lambda: len(managed(control)) >= 5, timeout=240)
     victim = stack.workers()[0]
     tree = eventually("the victim to run flow runs", lambda: (t := victim.tree())[1:] and t)
@@ -104,7 +109,21 @@ def test_a_burst_with_a_worker_killed_mid_way_loses_nothing(stack: LocalStack) -
     rerun = {r["parameters"]["discovered_vendor_ids"][0] for r in runs if crashed(stack, r)}
     assert rerun, "the runs the killed worker held crashed and were started again"
     assert {vendor for vendor, calls in managed(control).items() if calls > 1} <= rerun
+    # a run whose process died after it set the run Running, before its first heartbeat
+    silent_state = eventually(
+        "the silent run to be marked Crashed", lambda: finished(stack, silent)
+    )
+    assert silent_state["type"] == "CRASHED", silent_state
+    assert "without a heartbeat" in silent_state["message"]
     assert_no_secret_in_prefect_database(stack)
+
+
+def started_without_a_heartbeat(stack: LocalStack) -> str:
+    """A run of the pool set Running with no process behind it (none will ever send a
+    heartbeat): what a worker killed a moment after its flow run started leaves behind."""
+    path = f"/deployments/{deployment_id(stack, REDELIVER)}/create_flow_run"
+    body = {"state": {"type": "RUNNING", "message": "its process is about to be killed"}}
+    return str(stack.request("POST", path, body).json()["id"])
 
 
 def managed(control: SandboxControl) -> dict[str, int]:

@@ -8,12 +8,14 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 
 from compliance_api.errors import ConfigurationError
+from deployments.resources import WORK_POOL_NAME
 from deployments.unresponsive_runs import (
     AUTOMATION_NAME,
     GRACE_ENV,
     HEARTBEAT_SECONDS,
     ensure_unresponsive_run_detection,
     grace_seconds,
+    silent_start_automation,
     stuck_pending_automation,
 )
 from tests.fixtures.prefect_yaml import DEPLOYMENTS
@@ -71,3 +73,22 @@ def test_a_run_left_pending_by_a_dead_worker_is_marked_crashed_after_the_grace()
     assert trigger.for_each == {"prefect.resource.id"} and trigger.within.total_seconds() == 120
     (action,) = automation.actions
     assert action.state == StateType.CRASHED and "Pending for 120 s" in action.message
+
+
+def test_a_run_of_the_pool_killed_before_its_first_heartbeat_is_marked_crashed() -> None:
+    """The window between Running and the first heartbeat reaching the server (the scale-out
+    test sees the real thing: a run set Running with no process)."""
+    automation = silent_start_automation(120)
+    trigger = automation.trigger
+    assert trigger.posture == "Proactive" and trigger.after == {"prefect.flow-run.Running"}
+    assert {"prefect.flow-run.heartbeat", "prefect.flow-run.Completed"} <= trigger.expect
+    assert "prefect.flow-run.Running" not in trigger.expect
+    # runs of other pools may send no heartbeats at all: only the project's pool is watched
+    assert trigger.match_related.model_dump() == {
+        "prefect.resource.role": "work-pool",
+        "prefect.resource.name": WORK_POOL_NAME,
+    }
+    for deployment in DEPLOYMENTS:  # ...every deployment of which sends heartbeats
+        assert deployment["work_pool"]["name"] == WORK_POOL_NAME
+    (action,) = automation.actions
+    assert action.state == StateType.CRASHED and "without a heartbeat" in action.message
