@@ -1,9 +1,17 @@
 """The token broker: one shared token per customer key, for every caller of every process.
 
-The mint path is ``lock -> re-read the store -> (still needed?) rate-limit slot -> token
-endpoint -> persist encrypted -> release``. Re-reading under the lock is what turns forty
-simultaneous requests into one mint; the compare-and-swap in ``replace_token`` is what keeps
-a 401 from becoming a stampede: only the exact token that failed is ever replaced.
+The mint path is ``read the store -> lock -> re-read the store -> (still needed?) rate-limit
+slot -> token endpoint -> persist encrypted -> release``. Re-reading under the lock is what turns
+forty simultaneous requests into one mint; the compare-and-swap in ``replace_token`` is what
+keeps a 401 from becoming a stampede: only the exact token that failed is ever replaced.
+
+Reading is never what the lock is for: a caller first reads the store without it and adopts a
+usable record that is not the rejected one, and a caller that has to wait for the lock waits
+in short slices (``BrokerPolicy.lock_poll_seconds``), reading the store again after each, so it
+adopts the token the moment the holder has stored it instead of queueing behind every other
+waiter for a lock it no longer needs. Only a caller that finds nothing usable *under* the lock
+mints. Within a process, the callers of one event loop leave all this to one of them and wait
+for it together: they all wake the moment it has the token.
 
 ``connect`` (authorization code) runs against a deadline: a code lives 30 s after its
 redirect, so every wait on that path (locks, rate-limit slot, 429 Retry-After, backoff) is
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -69,6 +78,8 @@ class BrokerPolicy:
 
     renewal_margin: timedelta | None = None  # None: COMPLIANCE_TOKEN_RENEWAL_MARGIN_SECONDS
     lock_timeout_seconds: float = 180.0
+    #: a waiter for the lock reads the store again this often (and then asks for the lock again)
+    lock_poll_seconds: float = 0.25
     token_call_attempts: int = 6
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 30.0
@@ -117,6 +128,10 @@ class TokenBroker:
         self._loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
+        #: per event loop, the renewal under way: its other callers wait for it to finish
+        self._renewals: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Future[None]
+        ] = weakref.WeakKeyDictionary()
         self._loop_locks_guard = threading.Lock()
 
     # -- TokenProvider -------------------------------------------------------------------------
@@ -196,18 +211,88 @@ class TokenBroker:
         return not token.expires_within(self.renewal_margin, now=self._clock())
 
     async def _renew(self, *, rejected: str | None) -> AccessToken:
-        async with self._loop_lock():
+        """One renewal per event loop at a time; the loop's other callers wait for it together.
+
+        They all wake the moment it ends (a queue on a lock would hand over one loop turn after
+        another, and on a busy loop each turn can take a good part of a second), then use its
+        token, or, if it failed or found only the token they reject, one of them renews next.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
             current = self._current
             if current is not None and current.fingerprint != rejected and self._fresh(current):
-                return current  # another task of this process renewed while we queued
-            async with self.lock.hold(self.key, wait_seconds=self.policy.lock_timeout_seconds):
-                record = await self._load()
-                if record is not None and self._adoptable(record, rejected):
+                return current  # another task of this loop renewed while this one waited
+            with self._loop_locks_guard:
+                renewing = self._renewals.get(loop)
+                if renewing is None:
+                    renewing = self._renewals[loop] = loop.create_future()
+                    break
+            await asyncio.wait([renewing])  # never cancels the renewal of the one it waits for
+        try:
+            async with self._loop_lock():  # connect or disconnect of this loop may be under way
+                current = self._current
+                if current is not None and current.fingerprint != rejected and self._fresh(current):
+                    return current
+                # Another process may have stored a usable token already: read it, no lock.
+                adopted = await self._adopt_stored(rejected)
+                if adopted is not None:
+                    return adopted
+                return await self._renew_under_lock(rejected)
+        finally:
+            with self._loop_locks_guard:
+                self._renewals.pop(loop, None)
+            renewing.set_result(None)
+
+    async def _renew_under_lock(self, rejected: str | None) -> AccessToken:
+        """Mint under the cross-process lock, unless the store has a usable token by then.
+
+        The lock is asked for in slices of ``lock_poll_seconds``; after each slice that did not
+        get it, the store is read again: while another process mints, its waiters adopt the
+        token as soon as it is stored, instead of taking the lock one after the other only to
+        read it. The wait as a whole is still bounded by ``lock_timeout_seconds``.
+        """
+        limit = self.policy.lock_timeout_seconds
+        deadline = time.monotonic() + limit
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            last_slice = remaining <= self.policy.lock_poll_seconds
+            acquired = False
+            try:
+                async with self.lock.hold(
+                    self.key, wait_seconds=min(remaining, self.policy.lock_poll_seconds)
+                ):
+                    acquired = True
+                    record = await self._load()
+                    if record is not None and self._adoptable(record, rejected):
+                        self._current = record.token
+                        return record.token
+                    record = await self._obtain(record)
                     self._current = record.token
                     return record.token
-                record = await self._obtain(record)
-                self._current = record.token
-                return record.token
+            except TokenLockTimeoutError as exc:
+                if acquired:
+                    raise  # not the lock's wait: something under the lock
+                if last_slice:
+                    raise TokenLockTimeoutError(
+                        f"waited {limit:g} s for the token lock of {self.key.describe()}, and "
+                        f"no usable token was stored meanwhile (the last try: {exc})"
+                    ) from None
+            adopted = await self._adopt_stored(rejected)
+            if adopted is not None:
+                return adopted
+
+    async def _adopt_stored(self, rejected: str | None) -> AccessToken | None:
+        """The stored token, made current, if it is usable and not ``rejected``; read without
+        the lock. A store that cannot be read now counts as empty: the read under the lock
+        (before any mint) is the one whose errors are raised."""
+        try:
+            record = await self._load(quiet=True)
+        except TokenStoreError:
+            return None
+        if record is None or not self._adoptable(record, rejected):
+            return None
+        self._current = record.token
+        return record.token
 
     def _adoptable(self, record: TokenRecord, rejected: str | None) -> bool:
         if record.token.fingerprint == rejected:
@@ -251,7 +336,9 @@ class TokenBroker:
             secret_fingerprint=self._secret_fingerprint,
         )
 
-    async def _load(self) -> TokenRecord | None:
+    async def _load(self, *, quiet: bool = False) -> TokenRecord | None:
+        """The stored record, or None; ``quiet``: no log line for a record it discards (the
+        reads without the lock repeat while a caller waits, the read under it logs)."""
         ciphertext = await self.store.read(self.key)
         if ciphertext is None:
             return None
@@ -260,11 +347,15 @@ class TokenBroker:
         except TokenStoreError:
             if self._public:
                 raise  # the refresh token is in there: never silently drop a customer's grant
-            logger.warning("discarding an undecryptable token record of %s", self.key.describe())
+            if not quiet:
+                logger.warning(
+                    "discarding an undecryptable token record of %s", self.key.describe()
+                )
             return None
         if not self._public and record.secret_fingerprint != self._secret_fingerprint:
             # client_credentials tokens die with the secret that minted them (spec §5.6).
-            logger.info("discarding a token minted with a previous client secret")
+            if not quiet:
+                logger.info("discarding a token minted with a previous client secret")
             return None
         return record
 
@@ -336,7 +427,8 @@ class TokenBroker:
     # -- locking -------------------------------------------------------------------------------
 
     def _loop_lock(self) -> asyncio.Lock:
-        """Tasks of one event loop queue here first, so only one per loop polls the file lock."""
+        """One holder per event loop of the cross-process lock: a renewal, connect or
+        disconnect; so only one task per loop polls the file lock."""
         loop = asyncio.get_running_loop()
         with self._loop_locks_guard:
             lock = self._loop_locks.get(loop)
