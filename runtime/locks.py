@@ -10,7 +10,10 @@ but the Prefect API:
   has expired (it looks every 15 s): a crashed holder blocks others for at most about 75 s;
 - expiry is judged by the server's clock alone, and only the server frees a slot;
 - a waiter asks again when the server's ``Retry-After`` says (about the limit's average hold),
-  not on a fixed poll.
+  not on a fixed poll. Waiting is a series of single requests, none cut short when the wait
+  ends (a request cancelled in flight could have been granted all the same, leaving the slot
+  taken until its lease ran out), and the process remembers when the server asked it to come
+  back: a wait of a fraction of a second is safe, and makes a request only when one is due.
 
 Leases live in the server's lease storage. Prefect keeps them in memory unless told otherwise,
 and a restart would then forget a lease while its slot stays taken: the project's servers use
@@ -21,23 +24,33 @@ setup; Prefect requires leases of at least 60 s.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-from prefect.concurrency._asyncio import AcquireConcurrencySlotTimeoutError
-from prefect.concurrency.asyncio import concurrency
+from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError, concurrency
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.settings import get_current_settings
 
 #: seconds a holder's lease lasts without renewal (Prefect's minimum is 60)
 LEASE_SECONDS = 60.0
 #: every lock's global concurrency limit is named ``LOCK_PREFIX + name``
 LOCK_PREFIX = "compliance-lock-"
 _NOT_IN_LIMIT_NAMES = re.compile(r"[^a-z0-9_-]+")
+#: seconds to wait after a refusal whose Retry-After cannot be read
+DEFAULT_RETRY_SECONDS = 1.0
+
+#: per (Prefect API, limit): when the server's last refusal said to ask again (monotonic time)
+_not_before: dict[tuple[str | None, str], float] = {}
+_not_before_guard = threading.Lock()
 
 
 class LockTimeoutError(TimeoutError):
@@ -65,12 +78,39 @@ async def ensure_lock_limit(name: str) -> str:
         try:
             await client.read_global_concurrency_limit_by_name(limit)
         except ObjectNotFound:
-            # another process may create it first: the same limit
-            with contextlib.suppress(ObjectAlreadyExists):
-                await client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=limit, limit=1, slot_decay_per_second=0.0)
-                )
+            await _create_limit(limit)
     return limit
+
+
+async def _create_limit(limit: str) -> None:
+    """Create the one-slot limit ``limit``; another process may create it first: the same."""
+    async with get_client() as client:
+        with contextlib.suppress(ObjectAlreadyExists):
+            await client.create_global_concurrency_limit(
+                GlobalConcurrencyLimitCreate(name=limit, limit=1, slot_decay_per_second=0.0)
+            )
+
+
+def _refusal_retry_after(error: ConcurrencySlotAcquisitionError) -> float | None:
+    """The Retry-After of a refusal (423: the slot is taken); None for any other error."""
+    cause = error.__cause__
+    if not isinstance(cause, httpx.HTTPStatusError) or cause.response.status_code != 423:
+        return None
+    try:
+        return max(0.0, float(cause.response.headers.get("Retry-After", DEFAULT_RETRY_SECONDS)))
+    except ValueError:
+        return DEFAULT_RETRY_SECONDS
+
+
+def _missing_limit(error: ConcurrencySlotAcquisitionError) -> bool:
+    return "must be created" in str(error)
+
+
+def _next_request(limit: str) -> tuple[tuple[str | None, str], float]:
+    """The key of ``limit``'s entry in ``_not_before`` and the time it holds (0: none)."""
+    key = (get_current_settings().api.url, limit)
+    with _not_before_guard:
+        return key, _not_before.get(key, 0.0)
 
 
 @asynccontextmanager
@@ -78,25 +118,54 @@ async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterat
     """Hold the lock ``name`` for the body; ``LockTimeoutError`` naming ``what`` if another
     holder keeps it for ``wait_seconds``.
 
-    A ``TimeoutError`` raised by the body itself passes through unchanged.
+    The slot is asked for with single requests, none cut short: at once, unless the server's
+    last refusal (to any waiter of this process) asked to wait longer, then each time the
+    refusal's Retry-After has passed, until the wait is over. A short wait therefore makes a
+    request only when one is due, and a caller may wait in short slices, doing other things in
+    between, without asking the server any more often. The limit is created when the server
+    says it does not exist. A ``TimeoutError`` raised by the body itself passes through
+    unchanged.
     """
-    limit = await ensure_lock_limit(name)
-    acquired = False
-    try:
-        async with concurrency(
-            limit,
-            occupy=1,
-            timeout_seconds=max(wait_seconds, 0.5),
-            lease_duration=LEASE_SECONDS,
-            strict=True,
-            raise_on_lease_renewal_failure=True,
-        ):
-            acquired = True
-            yield
-    except AcquireConcurrencySlotTimeoutError:
-        if acquired:
-            raise
-        raise LockTimeoutError(
-            f"waited {wait_seconds:g} s for {what} (Prefect global concurrency limit {limit}); "
-            "another run holds it"
-        ) from None
+    limit = limit_name(name)
+    created = False
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        key, not_before = _next_request(limit)
+        delay = not_before - time.monotonic()
+        if delay > 0:
+            remaining = deadline - time.monotonic()
+            await asyncio.sleep(max(0.0, min(delay, remaining)))
+            if delay > remaining:
+                raise LockTimeoutError(
+                    f"waited {wait_seconds:g} s for {what} (Prefect global concurrency limit "
+                    f"{limit}); another run holds it"
+                )
+        acquired = False
+        try:
+            async with concurrency(
+                limit,
+                occupy=1,
+                max_retries=0,  # one request; the waiting is done here, see above
+                lease_duration=LEASE_SECONDS,
+                strict=True,
+                raise_on_lease_renewal_failure=True,
+            ):
+                acquired = True
+                try:
+                    yield
+                finally:  # the slot is free again: this process's next request need not wait
+                    with _not_before_guard:
+                        _not_before.pop(key, None)
+            return
+        except ConcurrencySlotAcquisitionError as exc:
+            if acquired:
+                raise
+            if _missing_limit(exc) and not created:  # the lock's first use on this server
+                await _create_limit(limit)
+                created = True
+                continue
+            retry_after = _refusal_retry_after(exc)
+            if retry_after is None:
+                raise
+        with _not_before_guard:
+            _not_before[key] = time.monotonic() + retry_after

@@ -14,7 +14,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
+from prefect.client.schemas.actions import VariableCreate, VariableUpdate
+from prefect.client.utilities import get_or_create_client
 from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError, rate_limit
+from prefect.exceptions import ObjectAlreadyExists
 from prefect.variables import Variable
 
 from compliance_api.errors import ConfigurationError
@@ -28,6 +31,7 @@ from runtime.locks import LockTimeoutError, hold_lock
 
 BOOTSTRAP_COMMAND = "python -m deployments.bootstrap"
 STORE_PREFIX = "compliance-token-"  # noqa: S105 - a name prefix
+STORE_TAGS = ["compliance-token"]
 #: the token lock of a customer key is the lock ``TOKEN_LOCK_PREFIX + key.slug``
 TOKEN_LOCK_PREFIX = "token-"  # noqa: S105 - a name prefix
 
@@ -64,29 +68,64 @@ def _store_name(key: CustomerKey) -> str:
 
 
 class PrefectVariableTokenStore:
-    """Ciphertext in a Prefect Variable per customer key, for workers on many machines."""
+    """Ciphertext in a Prefect Variable per customer key, for workers on many machines.
+
+    A write is one request: an update when the last read found the variable (the broker reads
+    under the lock just before it writes), a create when it did not; the other one only if the
+    variable appeared or vanished in between. (``Variable.aset`` reads first, then creates, or
+    updates and reads again: two or three requests on the path every waiter waits for.)
+    """
+
+    def __init__(self) -> None:
+        #: per variable: whether the last read (or write) found it on the server
+        self._exists: dict[str, bool] = {}
 
     async def read(self, key: CustomerKey) -> bytes | None:
+        name = _store_name(key)
+        client, _ = get_or_create_client()
         try:
-            value = await Variable.aget(_store_name(key))
+            variable = await client.read_variable_by_name(name)
         except (httpx.HTTPError, OSError) as exc:
             raise TokenStoreError(
                 f"cannot read the token store on the Prefect server: {type(exc).__name__}"
             ) from None
+        self._exists[name] = variable is not None
+        value = variable.value if variable is not None else None
         return value.encode() if isinstance(value, str) else None
 
     async def write(self, key: CustomerKey, ciphertext: bytes) -> None:
+        name, value = _store_name(key), ciphertext.decode()
+        client, _ = get_or_create_client()
+
+        async def update() -> None:
+            await client.update_variable(VariableUpdate(name=name, value=value, tags=STORE_TAGS))
+
+        async def create() -> None:
+            await client.create_variable(VariableCreate(name=name, value=value, tags=STORE_TAGS))
+
         try:
-            await Variable.aset(
-                _store_name(key), ciphertext.decode(), tags=["compliance-token"], overwrite=True
-            )
+            if self._exists.get(name, False):
+                try:
+                    await update()
+                except httpx.HTTPStatusError as exc:
+                    if exc.response.status_code != 404:
+                        raise
+                    await create()  # deleted since it was read
+            else:
+                try:
+                    await create()
+                except ObjectAlreadyExists:
+                    await update()  # created since it was read
         except (httpx.HTTPError, OSError, ValueError) as exc:
             raise TokenStoreError(
                 f"cannot write the token store on the Prefect server: {type(exc).__name__}"
             ) from None
+        self._exists[name] = True
 
     async def delete(self, key: CustomerKey) -> bool:
-        return await Variable.aunset(_store_name(key))
+        name = _store_name(key)
+        self._exists[name] = False
+        return await Variable.aunset(name)
 
 
 class PrefectTokenLock:

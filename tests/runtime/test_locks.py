@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
@@ -62,3 +63,32 @@ async def test_a_timeout_raised_inside_the_body_is_not_taken_for_a_busy_lock() -
     assert not isinstance(raised.value, LockTimeoutError)
     async with hold_lock(name, wait_seconds=5, what="the test lock"):
         pass  # and the lock was released
+
+
+async def test_short_waits_ask_the_server_only_when_due_and_leave_no_slot_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import runtime.locks
+
+    requests = 0
+    original = runtime.locks.concurrency  # type: ignore[attr-defined]
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal requests
+        requests += 1
+        return original(*args, **kwargs)
+
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    async with hold_lock(name, wait_seconds=5, what="the test lock"):
+        monkeypatch.setattr(runtime.locks, "concurrency", counting)
+        for _ in range(10):  # a caller waiting in slices, as the token broker does
+            with pytest.raises(LockTimeoutError):
+                async with hold_lock(name, wait_seconds=0.05, what="the test lock"):
+                    pass
+        # the first refusal's Retry-After (about the limit's average hold, seconds) is honoured
+        assert 1 <= requests < 10
+    async with hold_lock(name, wait_seconds=0, what="the test lock"):
+        pass  # at once: no slot was left taken, and the release cleared the Retry-After
+    async with get_client() as client:
+        limit = await client.read_global_concurrency_limit_by_name(limit_name(name))
+    assert limit.active_slots == 0

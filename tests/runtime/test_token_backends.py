@@ -138,3 +138,18 @@ async def test_the_token_lock_is_one_slot_on_the_server_per_customer_key() -> No
         assert (limit.limit, limit.active_slots) == (1, 1)
     async with PrefectTokenLock().hold(key, wait_seconds=1):
         pass
+
+
+async def test_the_variable_store_writes_whatever_happened_to_the_variable_since_its_read() -> None:
+    key = CustomerKey("commercial", f"store-{uuid.uuid4().hex[:8]}")
+    name = f"compliance-token-{key.slug}"
+    first, second = PrefectVariableTokenStore(), PrefectVariableTokenStore()
+    assert await first.read(key) is None
+    await first.write(key, b"one")  # missing when read: created
+    assert await first.read(key) == b"one"
+    await second.write(key, b"two")  # never read, but it exists: updated
+    assert await Variable.aget(name) == "two"
+    await Variable.aunset(name)  # deleted behind the first store's back
+    await first.write(key, b"three")  # it existed when last read: created again
+    assert await second.read(key) == b"three"
+    assert await first.delete(key) and await first.read(key) is None
