@@ -5,6 +5,11 @@ The scale-out targets ("Production stack at scale"): nothing lost on either back
 PostgreSQL; the add-people marginal ratio at most 1.10 on PostgreSQL. Each row says whether its
 target is met, missed, or could not be judged (a side failed or was not measured): a missing
 number never counts as met.
+
+The token wait is the time inside the broker's ``get_token`` (bench/token_contention.py); the
+token task call (that wait plus Prefect's task-run machinery) has a row of its own. Results
+from before the two were told apart measured only the task call, under the name of the wait:
+their number is shown as the task call, and the token-wait target is not judged on them.
 """
 
 from __future__ import annotations
@@ -143,6 +148,24 @@ def _shared_rows(result: dict[str, Any] | None) -> dict[tuple[str, str], dict[st
     }
 
 
+def measures_broker_wait(row: dict[str, Any]) -> bool:
+    """Whether the row's ``wait_*`` is the wait for the token itself: the broker's for the shared
+    rows (older ones timed the whole task call there, and have no ``task_call_*``), the mint's
+    for the naive client (no Prefect, no task)."""
+    return row.get("mode") == "naive" or "task_call_p99_ms" in row
+
+
+def token_wait_ms(row: dict[str, Any], stat: str) -> Any:
+    """The token wait (inside the broker) ``stat`` ("p50", "p99", "max"); None if not measured."""
+    return row.get(f"wait_{stat}_ms") if measures_broker_wait(row) else None
+
+
+def task_call_ms(row: dict[str, Any], stat: str) -> Any:
+    """The whole token task call ``stat``; in an older row, what it called the wait."""
+    key = f"task_call_{stat}_ms" if measures_broker_wait(row) else f"wait_{stat}_ms"
+    return row.get(key)
+
+
 def token_rows(result: dict[str, Any] | None) -> list[dict[str, Any]]:
     shared = _shared_rows(result)
     stores = list(dict.fromkeys(store for _, store in shared)) or ["local"]
@@ -155,7 +178,13 @@ def token_rows(result: dict[str, Any] | None) -> list[dict[str, Any]]:
         def value(row: dict[str, Any], key: str) -> Any:
             return None if not row or "error" in row else row.get(key)
 
-        p99 = value(p, "wait_p99_ms")
+        def wait(row: dict[str, Any], stat: str) -> Any:
+            return None if not row or "error" in row else token_wait_ms(row, stat)
+
+        def call(row: dict[str, Any], stat: str) -> Any:
+            return None if not row or "error" in row else task_call_ms(row, stat)
+
+        p99 = wait(p, "p99")
         p99_verdict = _verdict(p99, lambda v: v < TOKEN_WAIT_P99_TARGET_MS)
         rows += [
             _row(
@@ -173,18 +202,24 @@ def token_rows(result: dict[str, Any] | None) -> list[dict[str, Any]]:
                 _zero_on_both(value(s, "lost"), value(p, "lost")),
             ),
             _row(
-                f"{label}: token-wait p50 (ms)",
-                value(s, "wait_p50_ms"),
-                value(p, "wait_p50_ms"),
-                _ratio(value(s, "wait_p50_ms"), value(p, "wait_p50_ms")),
+                f"{label}: token-wait p50 (ms, inside the broker)",
+                wait(s, "p50"),
+                wait(p, "p50"),
+                _ratio(wait(s, "p50"), wait(p, "p50")),
             ),
             _row(
-                f"{label}: token-wait p99 (ms)",
-                value(s, "wait_p99_ms"),
-                value(p, "wait_p99_ms"),
-                _ratio(value(s, "wait_p99_ms"), value(p, "wait_p99_ms")),
+                f"{label}: token-wait p99 (ms, inside the broker)",
+                wait(s, "p99"),
+                wait(p, "p99"),
+                _ratio(wait(s, "p99"), wait(p, "p99")),
                 f"< {TOKEN_WAIT_P99_TARGET_MS:g} ms on PostgreSQL",
                 p99_verdict,
+            ),
+            _row(
+                f"{label}: token task call p99 (ms, the wait + Prefect's task run)",
+                call(s, "p99"),
+                call(p, "p99"),
+                _ratio(call(s, "p99"), call(p, "p99")),
             ),
             _row(f"{label}: mints", value(s, "mints"), value(p, "mints")),
         ]

@@ -11,7 +11,21 @@ Prefect). Each shared row starts from a reset sandbox (so it mints once) and a t
 limit of its own, shaped as bootstrap makes the production one (1 slot, one more every 15 s),
 so no row waits for the slot the row before it took. Prints per row: wall time, flow runs lost
 (did not end Completed), mints, 401s, 429s, the most token-endpoint calls seen in any 60 s
-window, and p50/p99 of the wait for a token.
+window, and two times per flow run:
+
+- **token wait** (``wait_p50_ms``, ``wait_p99_ms``, ``wait_max_ms``, ``waits_over_1s``): how
+  long the run waited for the token, i.e. the time inside the broker's ``get_token`` called by
+  the token task (in-memory check, store reads, the locks, the one mint). This is what the
+  "token-wait p99 < 1 s" target is about. The children time it by wrapping
+  ``TokenBroker.get_token`` for the calls made inside the task (the data calls after it, which
+  also ask the broker, are not counted).
+- **token task call** (``task_call_p50_ms``, ``task_call_p99_ms``, ...): the whole
+  ``await get_shared_access_token()`` in the flow, i.e. the token wait plus Prefect's task-run
+  machinery (creating the task run and its states on the server, under 40 simultaneous starts
+  on a small machine) and ``load_run_settings()``. Before the two were told apart, this was
+  the only "wait" measured.
+
+For the naive client the wait is each mint's token-endpoint call, and there is no task call.
 
 ``child`` is the per-process worker, also used by tests/runtime/test_shared_token_many_processes.py.
 """
@@ -20,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import os
 import statistics
@@ -36,20 +51,59 @@ CALLS_PER_RUN = 3
 
 
 # --------------------------------------------------------------------------- child processes
+#: while a probe run calls the token task: the durations of its broker ``get_token`` calls
+_broker_calls: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "bench_broker_calls", default=None
+)
+
+
+def _time_broker_calls() -> None:
+    """Make ``TokenBroker.get_token`` record how long it took, in this (child) process only,
+    for the calls made while ``_broker_calls`` holds a list (inside the probe's token task)."""
+    from compliance_api.auth import AccessToken
+    from compliance_api.tokens import TokenBroker
+
+    original = TokenBroker.get_token
+    if getattr(original, "bench_timed", False):
+        return
+
+    async def get_token(self: TokenBroker) -> AccessToken:
+        calls = _broker_calls.get()
+        if calls is None:
+            return await original(self)
+        started = time.perf_counter()
+        try:
+            return await original(self)
+        finally:
+            calls.append(time.perf_counter() - started)
+
+    get_token.bench_timed = True  # type: ignore[attr-defined]
+    TokenBroker.get_token = get_token  # type: ignore[method-assign]
+
+
 async def _shared_child(runs: int) -> dict[str, Any]:
     from prefect import flow
 
     from runtime.connection import compliance_client
     from tasks.token import get_shared_access_token
 
-    waits: list[float] = []
+    _time_broker_calls()
+    waits: list[float] = []  # per run: time inside the broker's get_token (the token wait)
+    task_calls: list[float] = []  # per run: the whole token task call, Prefect's part included
     fingerprints: set[str] = set()
 
     @flow(name="Token contention probe")
     async def probe() -> str:
-        started = time.perf_counter()
-        info = await get_shared_access_token()
-        waits.append(time.perf_counter() - started)
+        calls: list[float] = []
+        reset = _broker_calls.set(calls)
+        try:
+            started = time.perf_counter()
+            info = await get_shared_access_token()
+            task_calls.append(time.perf_counter() - started)
+        finally:
+            _broker_calls.reset(reset)
+        if calls:
+            waits.append(sum(calls))  # a retried task asks again: its run waited for both
         fingerprints.add(info.fingerprint)
         async with compliance_client() as client:
             for _ in range(CALLS_PER_RUN):
@@ -70,6 +124,7 @@ async def _shared_child(runs: int) -> dict[str, Any]:
     return {
         "fingerprints": sorted(fingerprints),
         "waits": waits,
+        "task_calls": task_calls,
         "failures": 0,
         "runs": runs,
         "lost": len(lost),
@@ -134,9 +189,20 @@ def child(mode: str, runs: int) -> dict[str, Any]:
 
 def launch(mode: str, processes: int, runs: int) -> None:
     """Import once, then fork ``processes`` independent children (saves P-1 Prefect imports
-    on small machines; each child is still its own process with its own broker and loop)."""
+    on small machines; each child is still its own process with its own broker and loop).
+
+    The imports include what Prefect imports on a process's first flow call (its flow and
+    task engines, the visualization helpers, pydantic.v1 for the parameter check): in a child
+    that had not, the first run's imports would hold up the event loop of all its runs, in the
+    middle of their wait for the token (a worker's flow-run process has them imported before
+    its flow starts)."""
     if mode == "shared":
-        import runtime.connection  # noqa: F401 - warm the import for the children
+        import prefect.flow_engine  # noqa: F401 - warm the imports for the children
+        import prefect.task_engine  # noqa: F401
+        import prefect.utilities.visualization  # noqa: F401
+        import pydantic.v1  # noqa: F401
+
+        import runtime.connection  # noqa: F401
         import tasks.token  # noqa: F401
     assert threading.active_count() == 1, "fork only from a single-threaded process"
     readers = []
@@ -189,7 +255,9 @@ def spawn(
         raise RuntimeError(f"{mode} children failed: {errors}\n{result.stderr[-3000:]}")
     for report in reports:
         if "error" in report:
-            report.update(fingerprints=[], waits=[], failures=0, runs=runs, lost=runs)
+            report.update(
+                fingerprints=[], waits=[], task_calls=[], failures=0, runs=runs, lost=runs
+            )
             report["lost_reasons"] = [report["error"]]
         report["stdout"], report["stderr"] = result.stdout, result.stderr
     return reports
@@ -244,6 +312,7 @@ def summarize(
     store: str | None = None,
 ) -> dict[str, Any]:
     waits = [wait for report in reports for wait in report["waits"]]
+    task_calls = [call for report in reports for call in report.get("task_calls") or []]
     runs = sum(report.get("runs", 0) for report in reports)
     reasons = [reason for report in reports for reason in report.get("lost_reasons", [])]
     return {
@@ -259,11 +328,24 @@ def summarize(
         "429s": stats["status_counts"].get("429", 0),
         "max_token_calls_per_60s": window,
         "failed_calls": sum(report["failures"] for report in reports),
-        "wait_p50_ms": round(statistics.median(waits) * 1000, 1) if waits else None,
-        "wait_p99_ms": round(percentile(waits, 0.99) * 1000, 1) if waits else None,
-        "wait_max_ms": round(max(waits) * 1000, 1) if waits else None,
+        # the token wait: inside the broker's get_token (see the module's docstring)
+        **_times("wait", waits),
         "waits_over_1s": sum(1 for wait in waits if wait > 1.0),
+        # the whole token task call: the token wait plus Prefect's task-run machinery
+        **_times("task_call", task_calls),
+        "task_calls_over_1s": sum(1 for call in task_calls if call > 1.0),
         "lost_reasons": reasons[:5],
+    }
+
+
+def _times(name: str, seconds: list[float]) -> dict[str, float | None]:
+    """``{name}_p50_ms``, ``{name}_p99_ms`` and ``{name}_max_ms`` (None without values)."""
+    if not seconds:
+        return {f"{name}_p50_ms": None, f"{name}_p99_ms": None, f"{name}_max_ms": None}
+    return {
+        f"{name}_p50_ms": round(statistics.median(seconds) * 1000, 1),
+        f"{name}_p99_ms": round(percentile(seconds, 0.99) * 1000, 1),
+        f"{name}_max_ms": round(max(seconds) * 1000, 1),
     }
 
 
@@ -346,7 +428,7 @@ def _failed_row(
 
 
 def main(argv: list[str] | None = None) -> None:
-    from bench.common import BACKENDS
+    from bench.common import BACKENDS, use_bytecode_cache
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--processes", type=int, default=8)
@@ -362,6 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    use_bytecode_cache()  # as `make bench` does: no process compiles Prefect from source
 
     import traceback
 

@@ -56,7 +56,10 @@ def burst(sqlite: dict[str, Any], postgresql: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def token_row(backend: str | None, store: str | None, p99: float, lost: int = 0) -> dict[str, Any]:
+def token_row(
+    backend: str | None, store: str | None, p99: float, lost: int = 0, task_call_p99: float = 0.0
+) -> dict[str, Any]:
+    """A row of bench/token_contention.py: ``p99`` is the token wait (inside the broker)."""
     return {
         "mode": "shared" if backend else "naive",
         "backend": backend,
@@ -74,6 +77,10 @@ def token_row(backend: str | None, store: str | None, p99: float, lost: int = 0)
         "wait_p99_ms": p99,
         "wait_max_ms": p99,
         "waits_over_1s": 0,
+        "task_call_p50_ms": 50.0,
+        "task_call_p99_ms": task_call_p99 or p99 + 100.0,
+        "task_call_max_ms": task_call_p99 or p99 + 100.0,
+        "task_calls_over_1s": 0,
         "lost_reasons": [],
     }
 
@@ -166,6 +173,34 @@ def test_token_wait_target_is_judged_per_store_on_postgresql() -> None:
     assert find(rows, "token contention (prefect store): lost") == MISSED
 
 
+def test_token_wait_target_is_judged_on_the_broker_wait_and_the_task_call_is_shown() -> None:
+    results = {
+        "token_contention": tokens(
+            token_row("sqlite", "local", 400.0, task_call_p99=2500.0),
+            token_row("postgresql", "local", 600.0, task_call_p99=1800.0),
+        )
+    }
+    rows = {row["measure"]: row for row in comparison_rows(results)}
+    wait = rows["token contention (local store): token-wait p99 (ms, inside the broker)"]
+    assert (wait["postgresql"], wait["verdict"]) == (600.0, MET)
+    call = next(row for measure, row in rows.items() if "task call p99" in measure)
+    assert (call["sqlite"], call["postgresql"], call["verdict"]) == (2500.0, 1800.0, "")
+    text = render(results, HEADER, quick=False)
+    assert "token task call p99 ms" in text and "| 600.0 |" in text and "| 1800.0 |" in text
+
+
+def test_a_row_from_before_the_broker_wait_was_measured_is_not_judged_on_it() -> None:
+    old = token_row("postgresql", "local", 800.0)
+    for key in ("task_call_p50_ms", "task_call_p99_ms", "task_call_max_ms", "task_calls_over_1s"):
+        del old[key]  # its wait_* timed the whole task call
+    results = {"token_contention": tokens(token_row("sqlite", "local", 300.0), old)}
+    rows = {row["measure"]: row for row in comparison_rows(results)}
+    wait = rows["token contention (local store): token-wait p99 (ms, inside the broker)"]
+    assert (wait["postgresql"], wait["verdict"]) == (None, UNKNOWN)
+    call = next(row for measure, row in rows.items() if "task call p99" in measure)
+    assert call["postgresql"] == 800.0  # shown for what it measured
+
+
 def test_add_people_ratio_target_on_postgresql() -> None:
     def side(ratio: float) -> dict[str, Any]:
         return {"summary": {"marginal_ratio": ratio}}
@@ -232,11 +267,22 @@ def test_token_rows_count_lost_runs_and_the_waits_of_the_runs_that_got_a_token()
         "status_counts": {"200": 10},
     }
     reports = [
-        {"waits": [0.01, 0.02], "failures": 0, "runs": 2, "lost": 0},
-        {"waits": [1.5], "failures": 0, "runs": 2, "lost": 1, "lost_reasons": ["CRASHED: x"]},
+        {"waits": [0.01, 0.02], "task_calls": [0.1, 0.3], "failures": 0, "runs": 2, "lost": 0},
+        {
+            "waits": [1.5],
+            "task_calls": [1.7],
+            "failures": 0,
+            "runs": 2,
+            "lost": 1,
+            "lost_reasons": ["CRASHED: x"],
+        },
     ]
     row = summarize("shared", reports, stats, 1, wall_seconds=3.21, backend="sqlite", store="local")
     assert (row["runs"], row["lost"], row["waits_over_1s"]) == (4, 1, 1)
     assert row["wait_p50_ms"] == 20.0 and row["wait_max_ms"] == 1500.0
+    assert row["task_call_p50_ms"] == 300.0 and row["task_call_p99_ms"] == 1700.0
+    assert row["task_calls_over_1s"] == 1
+    naive = summarize("naive", [{"waits": [0.2], "failures": 0, "runs": 1}], stats, 1)
+    assert naive["wait_p99_ms"] == 200.0 and naive["task_call_p99_ms"] is None
     assert row["lost_reasons"] == ["CRASHED: x"]
     assert row["wall_seconds"] == 3.2
