@@ -3,7 +3,7 @@
 Every scenario ends with the same four proofs, read from the sandbox's per-item counters:
 0 items lost, 0 items applied twice, every permanent failure reported with a rerun input (and
 the rerun finishes the job), and no lock held by a dead process for long (a file lock: at once;
-a lock on the Prefect server: within 90 s, tests/runtime/test_locks_survive_restarts.py).
+a lock on the Prefect server: within 90 s, tests/deployments/test_scale_out.py).
 
 Selection: every test here is marked ``chaos``. The fast ones run in the default ``pytest``
 (``make test``); the slow ones are also marked ``slow`` and run only with

@@ -8,7 +8,7 @@ Recovery rules these tests pin down:
   killed run saw attached, reports the ones whose answer it never saw (needs_review, not
   resent), and sends the rest; the operator settles the reviewed ones after checking.
 * a token lock (flock) dies with its holder (a lock on the Prefect server is freed after its
-  lease: tests/runtime/test_locks_survive_restarts.py).
+  lease: tests/deployments/test_scale_out.py).
 """
 
 from __future__ import annotations
