@@ -7,9 +7,10 @@ else would notice. The deployment ``redeliver-missed-events`` runs this flow eve
 
 1. Take the automations that start one deployment run per event (``redelivery/automations.py``);
    others are listed as not checked.
-2. For each, the events it covers received between ``window_minutes`` and ``grace_minutes`` ago,
-   plus those resent by earlier runs, against the ``prefect.automation.action.executed`` events
-   of its runs. An event without one (for the original or any copy of it) is missed.
+2. For each, the events it covers received in the last ``window_minutes``, plus those resent by
+   earlier runs, against the ``prefect.automation.action.executed`` events of its runs. An event
+   without one (for the original or any copy of it) is missed once Prefect has passed it (see
+   below) or it is older than ``grace_minutes``.
 3. Send a copy of a missed event under a new id (the server ignores an id it has evaluated
    for 30 minutes, even when the action failed): Prefect matches it, fills in the parameters
    and starts the run as it would have. Each resend is recorded as a
@@ -20,15 +21,18 @@ else would notice. The deployment ``redeliver-missed-events`` runs this flow eve
    artifact and a ``compliance.redelivery.gave-up`` event) and the run ends Failed, for an
    operator.
 
-The check cannot tell an event Prefect dropped from one still queued in its trigger service: a
-backlog longer than ``grace_minutes`` (a SQLite server deep in a burst) gets copies sent, and
-the deployment runs twice for those events when the originals come through. Every deployment's
-flow is safe to run again; the default grace is above the backlogs measured.
+An event still queued in the trigger service (a SQLite server deep in a burst falls minutes
+behind) is not missed: the service takes events in the order received, so an event counts as
+dropped only once an automation covering it acted on a later event 3 minutes ago or longer
+(``redelivery/backlog.py``; not for an event that ``follows`` another, which Prefect may hold
+back). Otherwise ``grace_minutes`` decides: a backlog longer than it gets copies sent, and a
+second run of those events (every deployment's flow is safe to run again).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from uuid import UUID
@@ -40,6 +44,7 @@ from pydantic import BaseModel
 
 from compliance_api.errors import InputError
 from redelivery.automations import CheckedAutomation, classify, covers
+from redelivery.backlog import PASSED_SETTLE, Acted, ActedOn, missed_by, not_acted
 from redelivery.ledger import Ledger, copy_id, gave_up_marker, read_ledger, sent_marker
 from redelivery.plan import Missed, Plan, plan
 from runtime.form import title
@@ -53,8 +58,9 @@ from tasks.redelivery import (
     resend_events,
 )
 
-#: longer than the trigger service's backlog in a SQLite burst (up to about 9 minutes in the
-#: bench): an event still queued there is not missed, and a copy of it would start a second run
+#: for an event no later event has passed: longer than the trigger service's backlog in a
+#: SQLite burst (up to about 9 minutes in the bench), as a copy of a queued event would start a
+#: second run
 DEFAULT_GRACE_MINUTES = 15.0
 DEFAULT_WINDOW_MINUTES = 30.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -110,10 +116,10 @@ async def redeliver_missed_events(
     """Send again the events whose event-triggered deployment run never started, or report them.
 
     Args:
-        grace_minutes: Events received more recently are left to Prefect (it may still be
-            acting on them); also the wait after a resend before it counts as failed. Keep it
-            above the trigger service's backlog: an event still queued there gets a second
-            run.
+        grace_minutes: An event received more recently is left to Prefect (it may still be
+            queued) unless an automation covering it acted on a later event 3 minutes ago or
+            longer; also the wait after a resend before it counts as failed. Keep it above the
+            trigger service's backlog: a queued event nothing later passed gets a second run.
         window_minutes: Events received longer ago than this are not checked for the first
             time (up to a day).
         max_attempts: Resends of one event before it is reported for an operator (1 to 10).
@@ -139,9 +145,9 @@ async def redeliver_missed_events(
         automations_not_checked={item.name: item.reason for item in unchecked},
     )
     ledger = read_ledger(await read_redelivery_records(now - timedelta(days=FOLLOW_UP_DAYS)))
-    candidates, covering = await _candidates(checked, ledger, now, grace, window, lookback)
-    report.events_checked = len(candidates)
-    missed = await _missed(candidates, covering, ledger)
+    covered = await _covered(checked, ledger, now, grace, window, lookback)
+    report.events_checked = len(covered.candidates)
+    missed = await _missed(covered, ledger, now, grace)
     decided = plan(missed, ledger, now=now, max_attempts=max_attempts, settle=grace)
     report.waiting = len(decided.waiting)
     await _resend(decided, report)
@@ -163,53 +169,89 @@ async def redeliver_missed_events(
     return report
 
 
-async def _candidates(
+@dataclass
+class Covered:
+    """What the checked automations cover: the events to check with the automations covering
+    each, and when each covered event read was received (a later one acted on passes a
+    candidate)."""
+
+    candidates: dict[UUID, ReceivedEvent] = field(default_factory=dict)
+    covering: defaultdict[UUID, set[str]] = field(default_factory=lambda: defaultdict(set))
+    received: dict[UUID, datetime] = field(default_factory=dict)
+
+    def add(self, event: ReceivedEvent, automation: str) -> None:
+        self.candidates[event.id] = event
+        self.covering[event.id].add(automation)
+
+
+async def _covered(
     checked: list[CheckedAutomation],
     ledger: Ledger,
     now: datetime,
     grace: timedelta,
     window: timedelta,
     lookback: timedelta,
-) -> tuple[dict[UUID, ReceivedEvent], dict[UUID, set[str]]]:
-    """Events to look at: new ones inside the window, and those resent before."""
-    candidates: dict[UUID, ReceivedEvent] = {}
-    covering: dict[UUID, set[str]] = defaultdict(set)
+) -> Covered:
+    """Candidates: events received inside the window (up to ``PASSED_SETTLE`` ago: a newer one
+    cannot be passed yet, unless the grace is shorter), and those resent before."""
+    covered = Covered()
     followed = ledger.followed()
+    newest = now - min(grace, PASSED_SETTLE)
     for automation in checked:
         for event in await read_covered_events(automation, now - lookback, now):
+            covered.received[event.id] = event.received
             if event.id in ledger.originals:
                 continue  # a copy this flow sent: it is checked as its original
-            new = now - window <= event.received <= now - grace
+            new = now - window <= event.received <= newest
             if event.id not in ledger.gave_up and (new or event.id in followed):
-                candidates[event.id] = event
-                covering[event.id].add(automation.name)
-    unseen = sorted(followed - set(candidates), key=str)
+                covered.add(event, automation.name)
+    unseen = sorted(followed - set(covered.candidates), key=str)
     if unseen:
         for event in await read_events_by_id(unseen, now - timedelta(days=FOLLOW_UP_DAYS)):
             for automation in checked:
                 if covers(automation.trigger, event):
-                    candidates[event.id] = event
-                    covering[event.id].add(automation.name)
-    return candidates, covering
+                    covered.add(event, automation.name)
+    return covered
 
 
 async def _missed(
-    candidates: dict[UUID, ReceivedEvent], covering: dict[UUID, set[str]], ledger: Ledger
+    covered: Covered, ledger: Ledger, now: datetime, grace: timedelta
 ) -> list[Missed]:
     """Candidates that some automation covering them did not act on (for the original or a
-    copy)."""
-    if not candidates:
+    copy): a resent one at once (``plan`` gives it time), a new one once Prefect passed it or
+    the grace is over."""
+    if not covered.candidates:
         return []
-    names = sorted({name for names in covering.values() for name in names})
-    earliest = min(event.received for event in candidates.values()) - timedelta(minutes=1)
-    acted = await read_acted_on(names, earliest)
+    names = sorted({name for names in covered.covering.values() for name in names})
+    earliest = min(event.received for event in covered.candidates.values()) - timedelta(minutes=1)
+    executed = await read_acted_on(names, earliest)
+    acted_on = {name: _acted_on(executed.get(name, {}), covered.received, now) for name in names}
+    followed = ledger.followed()
     missed: list[Missed] = []
-    for event_id, event in sorted(candidates.items(), key=lambda item: item[1].received):
+    for event_id, event in sorted(covered.candidates.items(), key=lambda item: item[1].received):
         ids = {event_id} | ledger.copies_of(event_id)
-        left = tuple(name for name in sorted(covering[event_id]) if not ids & acted[name])
+        acted = {name: acted_on[name] for name in covered.covering[event_id]}
+        if event_id in followed:
+            left = not_acted(ids, acted)
+        else:
+            left = missed_by(
+                ids, event.received, acted, now=now, grace=grace, follows=event.follows is not None
+            )
         if left:
-            missed.append(Missed(event, left, partly_acted=len(left) < len(covering[event_id])))
+            missed.append(Missed(event, left, partly_acted=len(left) < len(acted)))
     return missed
+
+
+def _acted_on(
+    executed: dict[UUID, datetime], received: dict[UUID, datetime], now: datetime
+) -> ActedOn:
+    """An automation's executed records joined with the received times of their events (copies
+    this flow sent included: a copy acted on passes earlier events too)."""
+    events = {
+        event_id: Acted(received=received.get(event_id), executed=at)
+        for event_id, at in executed.items()
+    }
+    return ActedOn.of(events, now=now)
 
 
 async def _resend(decided: Plan, report: RedeliveryReport) -> None:

@@ -85,13 +85,14 @@ async def read_covered_events(
 @task(
     name="Read the events automations acted on", cache_policy=NONE, retries=3, retry_delay_seconds=2
 )
-async def read_acted_on(names: list[str], since: datetime) -> dict[str, set[UUID]]:
-    """Per automation name, the ids of the events it ran its actions for since ``since``.
+async def read_acted_on(names: list[str], since: datetime) -> dict[str, dict[UUID, datetime]]:
+    """Per automation name, the events it ran its actions for since ``since``: event id -> when
+    the action ran (the latest record), which tells how long ago it passed earlier events.
 
     Automations are told apart by name: ``prefect deploy`` replaces a deployment's automations
     (new ids, same names), and runs started before that still count.
     """
-    acted: dict[str, set[UUID]] = defaultdict(set)
+    acted: dict[str, dict[UUID, datetime]] = defaultdict(dict)
     if not names:
         return acted
     event_filter = EventFilter(
@@ -107,12 +108,21 @@ async def read_acted_on(names: list[str], since: datetime) -> dict[str, set[UUID
         name = event.resource.get("prefect.resource.name")
         if name not in names:
             continue
-        for related in event.related:
-            if related.role == TRIGGERING_EVENT_ROLE:
-                triggering = _event_id(related.id)
-                if triggering is not None:
-                    acted[name].add(triggering)
+        for triggering in _triggering_events(event):
+            previous = acted[name].get(triggering)
+            if previous is None or event.occurred > previous:
+                acted[name][triggering] = event.occurred
     return acted
+
+
+def _triggering_events(executed: ReceivedEvent) -> list[UUID]:
+    """The ids of the events an ``action.executed`` record names as triggering it."""
+    found = (
+        _event_id(related.id)
+        for related in executed.related
+        if related.role == TRIGGERING_EVENT_ROLE
+    )
+    return [event_id for event_id in found if event_id is not None]
 
 
 @task(name="Read earlier redeliveries", **_API_CALLS)
