@@ -19,11 +19,11 @@ each scale-out target is met. PostgreSQL: the machine's (PGHOST, PGPORT, PGUSER,
 default postgres@127.0.0.1:5432); each benchmark creates a fresh database and drops it after.
 
 ``--quick`` runs small sizes (a smoke test of the runner, minutes not tens of minutes: 1,000 and
-10,000 ids once, 3 x 2 token runs, a burst of 8); its numbers are not the ones to quote. A full
-run takes about half an hour on 2 cores (more when the SQLite burst loses runs: it then waits
-for the redelivery to resend their events, 15 to 20 minutes or more). Ratios and counts only:
-absolute times depend on the machine and on what else runs on it (the load average is recorded
-next to every result).
+10,000 ids once, 3 x 2 token runs, a burst of 8); its numbers are not the ones to quote. A full run
+takes about half an hour on 2 cores (more when the SQLite burst loses runs: it then waits for the
+redelivery to resend their events: minutes after the trigger service passed them). Ratios and
+counts only: absolute times depend on the machine and on what else runs on it (the load average is
+recorded next to every result).
 """
 
 from __future__ import annotations

@@ -12,15 +12,15 @@ entries into events; each event's trigger starts a ``Promote discovered vendors`
 workers run (at most the work pool's limit at a time). As tests/deployments/test_scale_out.py,
 without killing a worker.
 
-Measured: wall time from the bridge run's creation until every promotion run is final (and no
-crash recovery is under way, held for a few seconds so a crash that recovery would restart is
-not taken for the end). An event whose run Prefect's trigger service never created (SQLite
-under a burst drops some) is sent again by the stack's scheduled ``redeliver-missed-events``
-(every 5 minutes, for events at least 15 minutes old), so the burst waits for those runs too,
-until the redelivery gives up on an event or the timeout. Lost = promotion runs that did not
-end Completed plus discovered vendors that did not end managed (such as a vendor whose run was
-never created); token mints and 401s during the burst; runs started again after a crash; events
-resent by the redelivery. The bridge's 3-minute schedule is switched off during the burst
+Measured: wall time from the bridge run's creation until every promotion run is final (and no crash
+recovery is under way, held for a few seconds so a crash that recovery would restart is not taken
+for the end). An event whose run Prefect's trigger service never created (SQLite under a burst
+drops some) is sent again by the stack's scheduled ``redeliver-missed-events`` (every 5 minutes,
+for events the trigger service has passed, or at least 15 minutes old), so the burst waits for
+those runs too, until the redelivery gives up on an event or the timeout. Lost = promotion runs
+that did not end Completed plus discovered vendors that did not end managed (such as a vendor whose
+run was never created); token mints and 401s during the burst; runs started again after a crash;
+events resent by the redelivery. The bridge's 3-minute schedule is switched off during the burst
 (both backends), so the one bridge run started here is the one that carries the burst.
 """
 
