@@ -392,8 +392,9 @@ def _burst_md(result: dict[str, Any]) -> list[str]:
         "run's creation until every promotion run is final and no crash recovery is under way "
         f"(held {config['settle_seconds']:g} s; timeout {config['timeout_seconds']:g} s). "
         "An event whose run Prefect's trigger service never created is sent again by the "
-        "stack's scheduled `redeliver-missed-events` (every 5 minutes, events at least 15 "
-        "minutes old): the wall time includes those late runs. "
+        "stack's scheduled `redeliver-missed-events` (every 5 minutes, events the trigger "
+        "service has passed, or at least 15 minutes old): the wall time includes those late "
+        "runs. "
         "Lost: promotion runs not Completed plus discovered vendors not managed (a vendor "
         "whose promotion run was never created counts here).",
         "",
