@@ -52,6 +52,9 @@ RECOVER = "recover-crashed-run/recover-crashed-runs"
 #: a deployment of the pool without crash recovery, for a run that never sends a heartbeat
 REDELIVER = "redeliver-missed-events/redeliver-missed-events"
 BURST = 40
+ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
+#: every promotion call takes this long, so the killed worker's runs are caught mid-run
+PROMOTION_LATENCY_MS = 1500
 WORKERS = 3
 #: shorter than the 90 s default so the test waits less; still longer than the 30 s heartbeat
 GRACE_SECONDS = 45
@@ -163,6 +166,7 @@ def test_a_burst_with_a_worker_killed_mid_way_loses_nothing(
     stack: LocalStack, killed_lock_holder: KilledHolder
 ) -> None:
     control = SandboxControl(stack.sandbox_url)
+    control.set_fault(ADD_TO_MANAGED, latency_ms=PROMOTION_LATENCY_MS)
     started = datetime.now(UTC) - timedelta(seconds=5)
     vendors = {control.inject("vendor_discovered")["id"] for _ in range(BURST)}
     assert len(vendors) == BURST
@@ -171,7 +175,10 @@ def test_a_burst_with_a_worker_killed_mid_way_loses_nothing(
     silent = started_without_a_heartbeat(stack)
     eventually("the first promotions", lambda: len(managed(control)) >= 5, timeout=240)
     victim = stack.workers()[0]
-    tree = eventually("the victim to run flow runs", lambda: (t := victim.tree())[1:] and t)
+    tree = eventually(
+        "a promotion running on the victim",
+        lambda: (t := victim.tree())[1:] and promotion_running(stack, t[1:]) and t,
+    )
     for process in tree:  # the worker and every flow run it started: a machine lost
         process.kill()
     psutil.wait_procs(tree, timeout=10)
@@ -221,6 +228,22 @@ def started_without_a_heartbeat(stack: LocalStack) -> str:
     path = f"/deployments/{deployment_id(stack, REDELIVER)}/create_flow_run"
     body = {"state": {"type": "RUNNING", "message": "its process is about to be killed"}}
     return str(stack.request("POST", path, body).json()["id"])
+
+
+def promotion_running(stack: LocalStack, processes: list[psutil.Process]) -> bool:
+    """Whether one of the worker's flow-run processes runs a promotion that is Running now (a
+    kill then surely interrupts one: a process whose run has just ended would not)."""
+    promote = deployment_id(stack, PROMOTE)
+    for process in processes:
+        try:
+            run_id = process.environ().get("PREFECT__FLOW_RUN_ID")
+        except psutil.Error:  # gone already, or not a flow run
+            continue
+        if run_id:
+            run = stack.request("GET", f"/flow_runs/{run_id}").json()
+            if run["deployment_id"] == promote and run["state"]["type"] == "RUNNING":
+                return True
+    return False
 
 
 def managed(control: SandboxControl) -> dict[str, int]:
