@@ -47,7 +47,7 @@ class Ledger:
 def read_ledger(markers: Iterable[ReceivedEvent]) -> Ledger:
     ledger = Ledger()
     for marker in markers:
-        missed_id = _missed_event_id(marker)
+        missed_id = event_id_of(marker.resource.id)
         if missed_id is None:
             continue
         if marker.event == GAVE_UP:
@@ -107,8 +107,9 @@ def _marker(name: str, missed: ReceivedEvent, automations: Sequence[str], attemp
     )
 
 
-def _missed_event_id(marker: ReceivedEvent) -> UUID | None:
-    resource_id = marker.resource.id
+def event_id_of(resource_id: str) -> UUID | None:
+    """The event id in a ``prefect.event.<id>`` resource id (a marker's resource, an executed
+    record's triggering event); None for any other resource."""
     if not resource_id.startswith(EVENT_RESOURCE_PREFIX):
         return None
     return _uuid(resource_id.removeprefix(EVENT_RESOURCE_PREFIX))

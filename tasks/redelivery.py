@@ -26,7 +26,7 @@ from prefect.events.schemas.automations import Automation
 from prefect.events.schemas.events import ReceivedEvent, ResourceSpecification
 
 from redelivery.automations import CheckedAutomation, covers
-from redelivery.ledger import EVENT_RESOURCE_PREFIX, GAVE_UP, SENT
+from redelivery.ledger import GAVE_UP, SENT, event_id_of
 from runtime.events import EventSink
 
 #: the most the events API returns per page
@@ -118,7 +118,7 @@ async def read_acted_on(names: list[str], since: datetime) -> dict[str, dict[UUI
 def _triggering_events(executed: ReceivedEvent) -> list[UUID]:
     """The ids of the events an ``action.executed`` record names as triggering it."""
     found = (
-        _event_id(related.id)
+        event_id_of(related.id)
         for related in executed.related
         if related.role == TRIGGERING_EVENT_ROLE
     )
@@ -165,12 +165,3 @@ def as_copy(event: ReceivedEvent, new_id: UUID) -> Event:
     has been processed, which for a missed event is long past (or was itself forgotten)."""
     data = event.model_dump(exclude={"received", "follows"})
     return Event.model_validate(data | {"id": new_id})
-
-
-def _event_id(resource_id: str) -> UUID | None:
-    if not resource_id.startswith(EVENT_RESOURCE_PREFIX):
-        return None
-    try:
-        return UUID(resource_id.removeprefix(EVENT_RESOURCE_PREFIX))
-    except ValueError:
-        return None
