@@ -175,9 +175,10 @@ def test_a_burst_with_a_worker_killed_mid_way_loses_nothing(
     silent = started_without_a_heartbeat(stack)
     eventually("the first promotions", lambda: len(managed(control)) >= 5, timeout=240)
     victim = stack.workers()[0]
+    promote = deployment_id(stack, PROMOTE)
     tree = eventually(
         "a promotion running on the victim",
-        lambda: (t := victim.tree())[1:] and promotion_running(stack, t[1:]) and t,
+        lambda: (t := victim.tree())[1:] and promotion_running(stack, promote, t[1:]) and t,
     )
     for process in tree:  # the worker and every flow run it started: a machine lost
         process.kill()
@@ -230,10 +231,10 @@ def started_without_a_heartbeat(stack: LocalStack) -> str:
     return str(stack.request("POST", path, body).json()["id"])
 
 
-def promotion_running(stack: LocalStack, processes: list[psutil.Process]) -> bool:
-    """Whether one of the worker's flow-run processes runs a promotion that is Running now (a
-    kill then surely interrupts one: a process whose run has just ended would not)."""
-    promote = deployment_id(stack, PROMOTE)
+def promotion_running(stack: LocalStack, promote: str, processes: list[psutil.Process]) -> bool:
+    """Whether one of the worker's flow-run processes runs a run of the deployment ``promote``
+    that is Running now (a kill then surely interrupts one: a process whose run has just ended
+    would not)."""
     for process in processes:
         try:
             run_id = process.environ().get("PREFECT__FLOW_RUN_ID")
