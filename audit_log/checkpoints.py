@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from prefect.variables import Variable
 from pydantic import BaseModel, Field
@@ -27,6 +27,17 @@ from runtime.locks import hold_lock
 MAX_BOUNDARY_IDS = 64
 #: where the bridge deployment keeps its checkpoint (bootstrap records the bridge's start there)
 BRIDGE_CHECKPOINT_VARIABLE = "compliance_event_bridge_checkpoint"
+#: where the event-triggered write flows keep theirs (``audit_log/targets.py``)
+PROMOTE_CHECKPOINT_VARIABLE = "compliance_promote_vendors_checkpoint"
+ROUTE_CHECKPOINT_VARIABLE = "compliance_route_questionnaires_checkpoint"
+#: every reader's checkpoint that bootstrap starts at the same point
+READER_CHECKPOINT_VARIABLES = (
+    BRIDGE_CHECKPOINT_VARIABLE,
+    PROMOTE_CHECKPOINT_VARIABLE,
+    ROUTE_CHECKPOINT_VARIABLE,
+)
+#: where a reader without a checkpoint starts, before "now": covers a service clock a little behind
+START_MARGIN = timedelta(minutes=5)
 #: the run lock ``name`` is the lock ``RUN_LOCK_PREFIX + name`` (``runtime/locks.py``)
 RUN_LOCK_PREFIX = "run-"
 

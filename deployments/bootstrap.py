@@ -60,7 +60,7 @@ async def ensure_token_rate_limit(name: str | None = None) -> str:
 # registered so one can be created in the UI (runtime/credentials.py).
 from deployments.notifications import ensure_failure_notifications  # noqa: E402 - next to STEPS
 from deployments.resources import (  # noqa: E402 - kept next to the steps that use them
-    ensure_bridge_start,
+    ensure_audit_log_starts,
     ensure_credentials_block_type,
     ensure_default_variables,
     ensure_project_dir_variable,
@@ -73,7 +73,7 @@ STEPS: list[Callable[[], Awaitable[str]]] = [
     ensure_work_pool,
     ensure_project_dir_variable,
     ensure_default_variables,
-    ensure_bridge_start,
+    ensure_audit_log_starts,
     ensure_unresponsive_run_detection,
     ensure_credentials_block_type,
     ensure_failure_notifications,

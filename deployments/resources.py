@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from prefect.variables import Variable
 from prefect.workers.process import ProcessWorker
 
 from audit_log.checkpoints import (
-    BRIDGE_CHECKPOINT_VARIABLE,
+    READER_CHECKPOINT_VARIABLES,
+    START_MARGIN,
     EventLogCheckpoint,
     VariableCheckpointStore,
 )
@@ -180,24 +181,32 @@ async def ensure_default_variables() -> str:
     return "; ".join(parts)
 
 
-#: how far before bootstrap the bridge starts: covers a service clock a little behind ours
-BRIDGE_START_MARGIN = timedelta(minutes=5)
+async def ensure_audit_log_starts(now: datetime | None = None) -> str:
+    """Where the audit-log readers start, recorded once: a few minutes before bootstrap.
 
-
-async def ensure_bridge_start(now: datetime | None = None) -> str:
-    """Where the audit-log bridge starts, recorded once: a few minutes before bootstrap.
-
-    Without it the bridge's first run would start at its own "now", and an entry logged
-    between the stack coming up and that run (up to one schedule interval) would never be
-    bridged. An existing checkpoint (the bridge has run, or an operator set one) is kept.
+    The bridge and the event-triggered write flows each keep a checkpoint. Without one, a
+    reader's first run would start at its own "now", and an entry logged between the stack
+    coming up and that run (up to one schedule interval) would never be read. All start at
+    the same point; an existing checkpoint (the reader has run, or an operator set one) is kept.
     """
-    store = VariableCheckpointStore(BRIDGE_CHECKPOINT_VARIABLE)
-    existing = await store.load()
-    if existing is not None:
-        return f"kept the bridge checkpoint in variable {store.name}"
-    start = (now or datetime.now(UTC)) - BRIDGE_START_MARGIN
-    await store.save(EventLogCheckpoint(start_date=start))
-    return f"created the bridge checkpoint in variable {store.name}: from {start.isoformat()}"
+    start = (now or datetime.now(UTC)) - START_MARGIN
+    created: list[str] = []
+    kept: list[str] = []
+    for name in READER_CHECKPOINT_VARIABLES:
+        store = VariableCheckpointStore(name)
+        if await store.load() is not None:
+            kept.append(name)
+            continue
+        await store.save(EventLogCheckpoint(start_date=start))
+        created.append(name)
+    parts = []
+    if created:
+        parts.append(
+            f"created audit-log checkpoints from {start.isoformat()}: {', '.join(created)}"
+        )
+    if kept:
+        parts.append("kept audit-log checkpoints " + ", ".join(kept))
+    return "; ".join(parts)
 
 
 async def ensure_credentials_block_type() -> str:

@@ -49,7 +49,7 @@ from runtime.events import EventSink
 from runtime.form import Maybe, title
 from runtime.locks import LockTimeoutError
 from runtime.task_inputs import unwalked
-from tasks.event_logs import load_bridge_checkpoint, save_bridge_checkpoint
+from tasks.event_logs import load_log_checkpoint, save_log_checkpoint
 from tasks.events import send_events
 
 DEFAULT_CHECKPOINT_VARIABLE = BRIDGE_CHECKPOINT_VARIABLE
@@ -137,13 +137,13 @@ async def _bridge(
     reset_checkpoint: bool,
 ) -> BridgeResult:
     logger = get_run_logger()
-    checkpoint = None if reset_checkpoint else await load_bridge_checkpoint(store)
+    checkpoint = None if reset_checkpoint else await load_log_checkpoint(store)
     if checkpoint is None:
         checkpoint = EventLogCheckpoint(start_date=first_start or datetime.now(UTC))
         logger.info("No checkpoint in %r: starting at %s", store.name, checkpoint.start_date)
         # Saved before reading: if this run finds nothing, the next one must still start here,
         # not at its own "now", or entries logged in between would never be bridged.
-        await save_bridge_checkpoint(store, checkpoint)
+        await save_log_checkpoint(store, checkpoint)
     elif first_start is not None:
         logger.info("Resuming from the checkpoint in %r; start_date is ignored", store.name)
     result = BridgeResult()
@@ -155,7 +155,7 @@ async def _bridge(
             events = [audit_event(entry) for entry in page.new_entries]
             if events:
                 await send_events(sink, unwalked(events))
-            await save_bridge_checkpoint(store, page.checkpoint)
+            await save_log_checkpoint(store, page.checkpoint)
             checkpoint = page.checkpoint
             result.emitted += len(events)
             result.pages += 1

@@ -1,8 +1,14 @@
 """Runbook: promote discovered vendors to managed vendors.
 
-1. Read the discovered-vendor ids (parameter or file) and check every one; drop duplicates.
+1. Read the discovered-vendor ids (parameter or file) and check every one; with
+   ``from_audit_log``, add every vendor the audit log reported discovered since this flow's
+   checkpoint (``audit_log/targets.py``); drop duplicates.
 2. Add each to the managed vendors (a vendor that is already managed counts as done).
 3. Report each vendor's managed id, status and risk levels; unknown ids fail as "not found".
+4. Move the audit-log checkpoint past what was read, now that every vendor is handled.
+
+The deployment's trigger and its catch-up schedule run it with ``from_audit_log``: a burst of
+discoveries becomes one run, and a discovery no event woke it for is found on the next one.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from prefect import flow
 from prefect.client.schemas.objects import State
 from pydantic import BaseModel
 
+from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE
+from audit_log.targets import AuditLogSource, commit, read_new_targets
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import ConflictError
 from compliance_api.models import Vendor
@@ -31,6 +39,12 @@ from write_engine.outcomes import ItemResult, Outcome, RunSummary
 from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
 
 FLOW_KEY = "promote-discovered-vendors"
+#: where ``from_audit_log`` finds its vendors
+NEWLY_DISCOVERED = AuditLogSource(
+    action="VENDOR_DISCOVERED",
+    target_type="DiscoveredVendor",
+    checkpoint_variable=PROMOTE_CHECKPOINT_VARIABLE,
+)
 
 
 class DiscoveredVendorInput(ItemInput):
@@ -119,21 +133,30 @@ class VendorPromotion(WriteJob[DiscoveredVendorInput]):
 
 
 def read_vendor_items(
-    discovered_vendor_ids: list[str] | None, input_file: str | None
+    discovered_vendor_ids: list[str] | None,
+    input_file: str | None,
+    *,
+    from_audit_log: list[str] | None = None,
 ) -> ParsedItems[DiscoveredVendorInput]:
     """Ids from the parameter and/or a file: CSV column ``discovered_vendor_id`` or a JSON list
-    of ids or of ``{"discovered_vendor_id": ...}`` objects."""
+    of ids or of ``{"discovered_vendor_id": ...}`` objects; then those the audit log named
+    (``None``: the run does not read the log, so it needs ids or a file)."""
     inline = [
         (f"discovered_vendor_ids[{index}]", {"discovered_vendor_id": value})
         for index, value in enumerate(discovered_vendor_ids or [])
     ]
+    inline += [
+        (f"audit log ({index})", {"discovered_vendor_id": value})
+        for index, value in enumerate(from_audit_log or [])
+    ]
     records = collect_records(
         inline,
         input_file,
-        what="discovered_vendor_ids or input_file",
+        what="discovered_vendor_ids, input_file or from_audit_log",
         columns=["discovered_vendor_id"],
         required=["discovered_vendor_id"],
         scalar_field="discovered_vendor_id",
+        allow_empty=from_audit_log is not None,
     )
     return dedupe(parse_items(DiscoveredVendorInput, records))
 
@@ -142,6 +165,7 @@ def read_vendor_items(
 async def promote_discovered_vendors(
     discovered_vendor_ids: Annotated[Maybe[list[str]], title("Discovered vendor ids")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,
+    from_audit_log: Annotated[bool, title("Vendors discovered since the last run")] = False,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
@@ -157,8 +181,24 @@ async def promote_discovered_vendors(
         input_file: Path, on the worker's machine, of a CSV file with a column
             discovered_vendor_id, or of a JSON list of ids or of {"discovered_vendor_id": ...}
             objects.
+        from_audit_log: Also promote every vendor the audit log reported discovered since
+            the last such run (its checkpoint); the deployment's trigger and schedule set it.
+            The checkpoint moves on once they are all handled (not in a dry run).
         dry_run: Only report what would be promoted; nothing is written.
         concurrency: How many vendors are promoted at the same time (1 to 32).
     """
-    parsed = read_vendor_items(discovered_vendor_ids, input_file)
-    return await run_write_job(VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency)
+    parsed = read_vendor_items(
+        discovered_vendor_ids, input_file, from_audit_log=[] if from_audit_log else None
+    )
+    if not from_audit_log:
+        return await run_write_job(
+            VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency
+        )
+    found = await read_new_targets(NEWLY_DISCOVERED)
+    parsed = read_vendor_items(discovered_vendor_ids, input_file, from_audit_log=found.ids)
+    outcome = await run_write_job(
+        VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency
+    )
+    if not dry_run:
+        await commit(found)
+    return outcome

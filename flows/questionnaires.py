@@ -9,6 +9,10 @@ For each questionnaire, in order:
 A step that fails stops that questionnaire (the others go on); its rerun sends only the steps
 that did not happen. Assigning an approver needs the QuestionnaireAutomationAdvanced
 entitlement: without it the questionnaire fails with that reason.
+
+With ``from_audit_log`` the run also takes every questionnaire the audit log reported ready for
+review since this flow's checkpoint (``audit_log/targets.py``), and moves the checkpoint on once
+all are handled: the deployment's trigger and catch-up schedule run it so, one run per burst.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from prefect import flow
 from prefect.client.schemas.objects import State
 from pydantic import field_validator, model_validator
 
+from audit_log.checkpoints import ROUTE_CHECKPOINT_VARIABLE
+from audit_log.targets import AuditLogSource, commit, read_new_targets
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import PermissionDeniedError
 from compliance_api.models import (
@@ -43,6 +49,12 @@ from write_engine.outcomes import ItemResult, Outcome, RunSummary
 from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job
 
 FLOW_KEY = "route-questionnaires"
+#: where ``from_audit_log`` finds its questionnaires
+READY_FOR_REVIEW = AuditLogSource(
+    action="QUESTIONNAIRE_READY_FOR_REVIEW",
+    target_type="Questionnaire",
+    checkpoint_variable=ROUTE_CHECKPOINT_VARIABLE,
+)
 ENTITLEMENT = "QuestionnaireAutomationAdvanced"
 APPROVED = QuestionnaireStatus.APPROVED.value
 SETTABLE = sorted(status.value for status in SETTABLE_QUESTIONNAIRE_STATUSES)
@@ -288,21 +300,30 @@ def read_route_items(
     questionnaire_ids: list[str] | None,
     input_file: str | None,
     defaults: dict[str, Any],
+    *,
+    from_audit_log: list[str] | None = None,
 ) -> ParsedItems[QuestionnaireRouteInput]:
     """Ids inline (each gets the run's route and assignments) and/or file rows (CSV columns or
-    JSON keys named like the fields; a field a row leaves out comes from the run's parameters)."""
+    JSON keys named like the fields; a field a row leaves out comes from the run's parameters);
+    then the ids the audit log named, like inline ids (``None``: the run does not read the log,
+    so it needs ids or a file)."""
     given = {name: value for name, value in defaults.items() if value is not None}
     inline = [
         (f"questionnaire_ids[{index}]", {"questionnaire_id": value})
         for index, value in enumerate(questionnaire_ids or [])
     ]
+    inline += [
+        (f"audit log ({index})", {"questionnaire_id": value})
+        for index, value in enumerate(from_audit_log or [])
+    ]
     records = collect_records(
         inline,
         input_file,
-        what="questionnaire_ids or input_file",
+        what="questionnaire_ids, input_file or from_audit_log",
         columns=FIELDS,
         required=["questionnaire_id"],
         scalar_field="questionnaire_id",
+        allow_empty=from_audit_log is not None,
     )
     return dedupe(parse_items(QuestionnaireRouteInput, [(w, {**given, **r}) for w, r in records]))
 
@@ -320,6 +341,7 @@ async def route_questionnaires(
     approve: Annotated[bool, title("Approve")] = True,
     approval_message: Annotated[Maybe[str], title("Approval message")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,
+    from_audit_log: Annotated[bool, title("Questionnaires ready since the last run")] = False,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
@@ -350,6 +372,10 @@ async def route_questionnaires(
         input_file: Path, on the worker's machine, of a CSV/JSON file with one row per
             questionnaire: questionnaire_id plus any of the fields above as columns (or keys);
             a field a row leaves out comes from this run's parameters.
+        from_audit_log: Also process every questionnaire the audit log reported ready for
+            review since the last such run (its checkpoint), with this run's route,
+            assignments and approval; the deployment's trigger and schedule set it. The
+            checkpoint moves on once they are all handled (not in a dry run).
         dry_run: Only report what would be done; nothing is written.
         concurrency: How many questionnaires are processed at the same time (1 to 32).
     """
@@ -364,7 +390,18 @@ async def route_questionnaires(
         "approve": approve,
         "approval_message": approval_message,
     }
-    parsed = read_route_items(questionnaire_ids, input_file, defaults)
-    return await run_write_job(
+    parsed = read_route_items(
+        questionnaire_ids, input_file, defaults, from_audit_log=[] if from_audit_log else None
+    )
+    if not from_audit_log:
+        return await run_write_job(
+            QuestionnaireRouting(), parsed, dry_run=dry_run, concurrency=concurrency
+        )
+    found = await read_new_targets(READY_FOR_REVIEW)
+    parsed = read_route_items(questionnaire_ids, input_file, defaults, from_audit_log=found.ids)
+    outcome = await run_write_job(
         QuestionnaireRouting(), parsed, dry_run=dry_run, concurrency=concurrency
     )
+    if not dry_run:
+        await commit(found)
+    return outcome

@@ -55,15 +55,15 @@ async def read_event_log_page(
     return FetchedPage(page, start, by_cursor=False)
 
 
-@task(name="Save the bridge checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
-async def save_bridge_checkpoint(
+@task(name="Save the audit-log checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
+async def save_log_checkpoint(
     store: VariableCheckpointStore, checkpoint: EventLogCheckpoint
 ) -> None:
     await store.save(checkpoint)
 
 
-@task(name="Load the bridge checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
-async def load_bridge_checkpoint(store: VariableCheckpointStore) -> EventLogCheckpoint | None:
+@task(name="Load the audit-log checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
+async def load_log_checkpoint(store: VariableCheckpointStore) -> EventLogCheckpoint | None:
     return await store.load()
 
 

@@ -327,8 +327,10 @@ def collect_records(
     required: Sequence[str],
     column_prefixes: Sequence[str] = (),
     scalar_field: str | None = None,
+    allow_empty: bool = False,
 ) -> list[tuple[str, Record]]:
-    """Records from the parameters and/or the file (both may be given); neither is an error."""
+    """Records from the parameters and/or the file (both may be given); neither is an error
+    unless ``allow_empty`` (a run that also takes its items from the audit log)."""
     records = list(inline or [])
     if input_file:
         records.extend(
@@ -340,6 +342,6 @@ def collect_records(
                 scalar_field=scalar_field,
             )
         )
-    if not records:
+    if not records and not allow_empty:
         raise InputError("input", None, f"no items: give {what}")
     return records

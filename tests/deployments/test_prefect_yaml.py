@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import psutil
 from prefect.cli.deploy._triggers import DeploymentTriggerAdapter
 from prefect.flows import Flow, load_flow_from_entrypoint
@@ -99,14 +101,42 @@ def test_every_deployment_loads_its_flow_on_the_process_pool() -> None:
     assert WRITE_FLOWS | {"bridge_event_log", "knowledge_base_freshness"} <= functions
 
 
-def test_schedules_bridge_often_reports_daily_writes_on_demand() -> None:
+#: the event-triggered writes: their schedule is the catch-up
+AUDIT_LOG_WRITES = {"promote_discovered_vendors", "route_questionnaires"}
+
+
+def test_schedules_bridge_often_reports_daily_writes_on_demand_or_catching_up() -> None:
     (bridge,) = deployment("bridge_event_log")["schedules"]
     assert 120 <= bridge["interval"] <= 300 and bridge["active"]
     for function in ("knowledge_base_freshness", "export_event_log"):
         (daily,) = deployment(function)["schedules"]
         assert len(daily["cron"].split()) == 5 and daily["cron"].endswith("* * *")
-    for function in WRITE_FLOWS:
+    for function in WRITE_FLOWS - AUDIT_LOG_WRITES:
         assert not deployment(function).get("schedules")
+
+
+@pytest.mark.parametrize("function", sorted(AUDIT_LOG_WRITES))
+def test_an_event_triggered_write_catches_up_on_a_schedule_one_run_at_a_time(
+    function: str,
+) -> None:
+    """Whatever no event woke a run for is read from the audit log within 15 minutes, by the
+    same run the trigger starts; runs queue instead of overlapping."""
+    spec = deployment(function)
+    (catch_up,) = spec["schedules"]
+    assert catch_up["active"] and 0 < catch_up["interval"] <= 15 * 60
+    (trigger,) = spec["triggers"]
+    assert catch_up["parameters"] == trigger["parameters"]
+    assert catch_up["parameters"]["from_audit_log"] is True
+    assert spec["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+
+
+@pytest.mark.parametrize("function", sorted(AUDIT_LOG_WRITES))
+def test_a_burst_of_entries_starts_one_run_after_the_burst(function: str) -> None:
+    """Prefect's debounce: fire on the first event, not again for `within` seconds, and start
+    the run no earlier than the end of that window, so it reads every entry of the window."""
+    (trigger,) = deployment(function)["triggers"]
+    assert trigger["posture"] == "Reactive" and trigger["threshold"] == 1
+    assert 0 < trigger["within"] <= trigger["schedule_after"] <= 60
 
 
 def test_every_trigger_is_a_valid_deployment_trigger() -> None:
@@ -114,12 +144,13 @@ def test_every_trigger_is_a_valid_deployment_trigger() -> None:
     assert len(triggers) == 4
     for trigger in triggers:
         spec = copy.deepcopy(trigger)
-        spec["schedule_after"] = 0  # a variable placeholder until `prefect deploy`
+        if isinstance(spec.get("schedule_after"), str):
+            spec["schedule_after"] = 0  # a variable placeholder until `prefect deploy`
         parsed = DeploymentTriggerAdapter.validate_python(spec)
         assert parsed.enabled
 
 
-def test_vendor_discovered_starts_the_promotion_of_that_vendor() -> None:
+def test_vendor_discovered_starts_a_promotion_of_what_the_audit_log_has() -> None:
     (trigger,) = deployment("promote_discovered_vendors")["triggers"]
     assert trigger["expect"] == ["compliance.vendor_discovered"]
     event = received(
@@ -127,7 +158,7 @@ def test_vendor_discovered_starts_the_promotion_of_that_vendor() -> None:
         audit_resource("discoveredvendor", "DiscoveredVendor", "dv-7"),
         {},
     )
-    assert render(trigger["parameters"], event) == {"discovered_vendor_ids": ["dv-7"]}
+    assert render(trigger["parameters"], event) == {"from_audit_log": True}
 
 
 def test_questionnaire_ready_for_review_is_routed_to_approval() -> None:
@@ -139,7 +170,7 @@ def test_questionnaire_ready_for_review_is_routed_to_approval() -> None:
         {},
     )
     rendered = render(trigger["parameters"], event)
-    assert rendered["questionnaire_ids"] == ["q-9"]
+    assert rendered["from_audit_log"] is True and "questionnaire_ids" not in rendered
     assert rendered["route"] == ["IN_REVIEW"] and rendered["approve"] is True
 
 
@@ -187,16 +218,12 @@ def crashed_event(tags: list[str]) -> ReceivedEvent:
 
 
 def test_a_crashed_run_of_any_deployment_but_the_recovery_ones_is_recovered() -> None:
-    """Not recovered: crash recovery itself, and the redelivery, whose next scheduled run (5
-    minutes later) does the same work."""
+    """Not recovered: crash recovery itself."""
     (trigger,) = deployment("recover_crashed_run")["triggers"]
     assert trigger["expect"] == ["prefect.flow-run.Crashed"]
     match = ResourceSpecification.model_validate(trigger["match"])
     related = ResourceSpecification.model_validate(trigger["match_related"])
-    recovery = {
-        deployment("recover_crashed_run")["entrypoint"],
-        deployment("redeliver_missed_events")["entrypoint"],
-    }
+    recovery = {deployment("recover_crashed_run")["entrypoint"]}
     for spec in DEPLOYMENTS:
         event = crashed_event(spec["tags"])
         assert match.matches(event.resource)
@@ -209,7 +236,7 @@ def test_a_crashed_run_of_any_deployment_but_the_recovery_ones_is_recovered() ->
 
 
 def test_audit_log_readers_run_one_at_a_time_and_runs_retry_a_busy_server() -> None:
-    for function in ("bridge_event_log", "export_event_log"):
+    for function in ("bridge_event_log", "export_event_log", *AUDIT_LOG_WRITES):
         limit = deployment(function)["concurrency_limit"]
         assert limit == {"limit": 1, "collision_strategy": "ENQUEUE"}
     for spec in DEPLOYMENTS:

@@ -1,5 +1,5 @@
 """What bootstrap creates for a burst and for day one: the work pool's concurrency limit and
-the bridge's starting point (against the session's real Prefect server)."""
+the audit-log readers' starting point (against the session's real Prefect server)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,18 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.variables import Variable
 
-from audit_log.checkpoints import BRIDGE_CHECKPOINT_VARIABLE, EventLogCheckpoint
+from audit_log.checkpoints import (
+    BRIDGE_CHECKPOINT_VARIABLE,
+    PROMOTE_CHECKPOINT_VARIABLE,
+    READER_CHECKPOINT_VARIABLES,
+    ROUTE_CHECKPOINT_VARIABLE,
+    START_MARGIN,
+    EventLogCheckpoint,
+)
 from compliance_api.errors import ConfigurationError
 from deployments.resources import (
-    BRIDGE_START_MARGIN,
     WORK_POOL_CONCURRENCY_ENV,
-    ensure_bridge_start,
+    ensure_audit_log_starts,
     ensure_work_pool,
     work_pool_concurrency,
 )
@@ -46,14 +52,22 @@ def test_a_bad_work_pool_concurrency_names_the_variable(
         work_pool_concurrency()
 
 
-async def test_bootstrap_records_where_the_bridge_starts_once() -> None:
-    await Variable.aunset(BRIDGE_CHECKPOINT_VARIABLE)
+async def test_bootstrap_records_where_every_audit_log_reader_starts_once() -> None:
+    """The bridge and the event-triggered write flows start at the same point, once."""
+    for name in READER_CHECKPOINT_VARIABLES:
+        await Variable.aunset(name)
+    await Variable.aset(ROUTE_CHECKPOINT_VARIABLE, {"last_event_id": "kept"})
     now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
-    assert (await ensure_bridge_start(now)).startswith("created the bridge checkpoint")
-    stored = EventLogCheckpoint.model_validate(await Variable.aget(BRIDGE_CHECKPOINT_VARIABLE))
-    assert stored.start_date == now - BRIDGE_START_MARGIN and stored.last_event_id is None
+    said = await ensure_audit_log_starts(now)
+    assert BRIDGE_CHECKPOINT_VARIABLE in said and PROMOTE_CHECKPOINT_VARIABLE in said
+    assert f"kept audit-log checkpoints {ROUTE_CHECKPOINT_VARIABLE}" in said
+    for name in (BRIDGE_CHECKPOINT_VARIABLE, PROMOTE_CHECKPOINT_VARIABLE):
+        stored = EventLogCheckpoint.model_validate(await Variable.aget(name))
+        assert stored.start_date == now - START_MARGIN and stored.last_event_id is None
     later = datetime(2026, 11, 25, tzinfo=UTC)
-    assert (await ensure_bridge_start(later)).startswith("kept")
+    assert (await ensure_audit_log_starts(later)).startswith("kept")
     kept = EventLogCheckpoint.model_validate(await Variable.aget(BRIDGE_CHECKPOINT_VARIABLE))
-    assert kept.start_date == stored.start_date
-    await Variable.aunset(BRIDGE_CHECKPOINT_VARIABLE)
+    assert kept.start_date == now - START_MARGIN
+    assert (await Variable.aget(ROUTE_CHECKPOINT_VARIABLE)) == {"last_event_id": "kept"}
+    for name in READER_CHECKPOINT_VARIABLES:
+        await Variable.aunset(name)

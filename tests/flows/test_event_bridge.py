@@ -117,7 +117,7 @@ async def test_crash_between_emit_and_checkpoint_replays_the_same_event_ids(
         await original(self, checkpoint)
 
     monkeypatch.setattr(VariableCheckpointStore, "save", dies_after_page_two)
-    monkeypatch.setattr(event_bridge.save_bridge_checkpoint, "retries", 0)
+    monkeypatch.setattr(event_bridge.save_log_checkpoint, "retries", 0)
     with pytest.raises(RuntimeError, match="worker killed"):
         await bridge_event_log(
             start_date=entries[0]["date"], checkpoint_variable=name, page_size=40

@@ -1,0 +1,88 @@
+"""What an event-triggered write flow takes from the audit log: the targets of one action that
+were logged since the flow's own checkpoint.
+
+The spec has no endpoint that lists discovered vendors or questionnaires awaiting review, so the
+audit log is the source of truth, and an event is only a wake-up call. A run reads every entry
+after its checkpoint (a Prefect Variable of its own, apart from the bridge's), handles all the
+targets it found, and saves the checkpoint only then (``commit``): a run that crashes before
+that leaves the checkpoint where it was, and the next run, or the restarted one, reads the same
+entries again. The flows count an item that is already done as done, so a repeat is harmless.
+
+Memory holds the ids of the matching targets, not the entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from prefect import get_run_logger
+
+from audit_log.checkpoints import START_MARGIN, EventLogCheckpoint, VariableCheckpointStore
+from audit_log.reading import iter_new_pages
+from runtime.connection import compliance_client
+from tasks.event_logs import load_log_checkpoint, save_log_checkpoint
+
+
+@dataclass(frozen=True)
+class AuditLogSource:
+    """Where a write flow finds its work: entries with ``action`` about a ``target_type``."""
+
+    action: str
+    target_type: str
+    checkpoint_variable: str
+
+
+@dataclass
+class NewTargets:
+    """The targets found after a checkpoint, and the checkpoint once they are handled."""
+
+    source: AuditLogSource
+    ids: list[str] = field(default_factory=list)
+    checkpoint: EventLogCheckpoint | None = None
+    entries_read: int = 0
+    #: the checkpoint the run started from
+    loaded: EventLogCheckpoint | None = None
+
+
+async def read_new_targets(source: AuditLogSource, *, page_size: int = 100) -> NewTargets:
+    """Every ``source`` target logged after the checkpoint, oldest first, each once.
+
+    A missing checkpoint starts a few minutes back (as bootstrap does for the bridge) and is
+    saved before reading, so entries logged while this run reads are not skipped next time.
+    """
+    logger = get_run_logger()
+    store = VariableCheckpointStore(source.checkpoint_variable)
+    checkpoint = await load_log_checkpoint(store)
+    if checkpoint is None:
+        checkpoint = EventLogCheckpoint(start_date=datetime.now(UTC) - START_MARGIN)
+        logger.info("No checkpoint in %r: starting at %s", store.name, checkpoint.start_date)
+        await save_log_checkpoint(store, checkpoint)
+    found = NewTargets(source=source, checkpoint=checkpoint, loaded=checkpoint)
+    seen: set[str] = set()
+    async with compliance_client() as client:
+        async for page in iter_new_pages(client, checkpoint, page_size=page_size):
+            found.entries_read += len(page.new_entries)
+            found.checkpoint = page.checkpoint
+            for entry in page.new_entries:
+                if entry.action != source.action:
+                    continue
+                for target in entry.targets:
+                    if target.type == source.target_type and target.id not in seen:
+                        seen.add(target.id)
+                        found.ids.append(target.id)
+    logger.info(
+        "Audit log since the checkpoint in %r: %d entries, %d with %s",
+        store.name,
+        found.entries_read,
+        len(found.ids),
+        source.action,
+    )
+    return found
+
+
+async def commit(found: NewTargets) -> None:
+    """Move the checkpoint past what ``found`` read: call once every target is handled."""
+    if found.checkpoint is not None and found.checkpoint != found.loaded:
+        store = VariableCheckpointStore(found.source.checkpoint_variable)
+        await save_log_checkpoint(store, found.checkpoint)
