@@ -34,9 +34,10 @@ from write_engine.inputs import (
     collect_records,
     dedupe,
     parse_items,
+    split_identifiers,
 )
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job, unusable_id
 
 FLOW_KEY = "promote-discovered-vendors"
 #: where ``from_audit_log`` finds its vendors
@@ -195,9 +196,14 @@ async def promote_discovered_vendors(
             VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency
         )
     found = await read_new_targets(NEWLY_DISCOVERED)
-    parsed = read_vendor_items(discovered_vendor_ids, input_file, from_audit_log=found.ids)
+    ids, unusable = split_identifiers(found.ids)
+    parsed = read_vendor_items(discovered_vendor_ids, input_file, from_audit_log=ids)
     outcome = await run_write_job(
-        VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency
+        VendorPromotion(),
+        parsed,
+        dry_run=dry_run,
+        concurrency=concurrency,
+        carried=[unusable_id(value) for value in unusable],
     )
     if not dry_run:
         await commit(found)

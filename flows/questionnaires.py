@@ -43,10 +43,11 @@ from write_engine.inputs import (
     collect_records,
     dedupe,
     parse_items,
+    split_identifiers,
     split_list,
 )
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job, unusable_id
 
 FLOW_KEY = "route-questionnaires"
 #: where ``from_audit_log`` finds its questionnaires
@@ -398,9 +399,14 @@ async def route_questionnaires(
             QuestionnaireRouting(), parsed, dry_run=dry_run, concurrency=concurrency
         )
     found = await read_new_targets(READY_FOR_REVIEW)
-    parsed = read_route_items(questionnaire_ids, input_file, defaults, from_audit_log=found.ids)
+    ids, unusable = split_identifiers(found.ids)
+    parsed = read_route_items(questionnaire_ids, input_file, defaults, from_audit_log=ids)
     outcome = await run_write_job(
-        QuestionnaireRouting(), parsed, dry_run=dry_run, concurrency=concurrency
+        QuestionnaireRouting(),
+        parsed,
+        dry_run=dry_run,
+        concurrency=concurrency,
+        carried=[unusable_id(f"questionnaire {value}") for value in unusable],
     )
     if not dry_run:
         await commit(found)

@@ -27,6 +27,27 @@ Identifier = Annotated[
     StringConstraints(strip_whitespace=True, min_length=1, max_length=256, pattern=r"^[^\s/?#]+$"),
 ]
 
+#: what a flow says of an id the audit log names that no URL path can carry
+UNUSABLE_ID = (
+    "the audit log names this id, which cannot be sent in a URL path (empty, blanks, '/', '?', "
+    "'#' or over 256 characters); handle it by hand"
+)
+
+
+def split_identifiers(values: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Ids read from the service: those a URL path can carry, and the rest (reported as
+    failed items rather than stopping the run, so one odd id cannot hold back the others)."""
+    adapter = TypeAdapter(Identifier)
+    usable: list[str] = []
+    unusable: list[str] = []
+    for value in values:
+        try:
+            usable.append(adapter.validate_python(value))
+        except ValidationError:
+            unusable.append(value)
+    return usable, unusable
+
+
 #: separates several values in one CSV cell (``IN_REVIEW;READY_FOR_REVIEW``)
 LIST_SEPARATOR = ";"
 

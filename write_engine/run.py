@@ -37,7 +37,7 @@ from compliance_api.errors import (
 from runtime.connection import compliance_client
 from tasks.token import get_shared_access_token
 from write_engine import collector
-from write_engine.inputs import ItemInput, ItemT, ParsedItems
+from write_engine.inputs import UNUSABLE_ID, ItemInput, ItemT, ParsedItems
 from write_engine.outcomes import AnyResult, ItemResult, ItemsFailed, Outcome, RunSummary
 from write_engine.reporting import (
     Progress,
@@ -110,6 +110,12 @@ def failure(item: ItemInput, error: BaseException, *, prefix: str = "") -> ItemR
         reason=f"{prefix}{reason}",
         rerun_input=item.as_input(),
     )
+
+
+def unusable_id(item: str) -> ItemResult:
+    """The failed row of an id read from the audit log that cannot be sent (nothing to rerun:
+    the same id would be refused again)."""
+    return ItemResult(item=item, outcome=Outcome.FAILED, reason=UNUSABLE_ID)
 
 
 def classify(error: BaseException) -> tuple[Outcome, str]:

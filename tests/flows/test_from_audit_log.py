@@ -19,7 +19,9 @@ from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
 from tests.fixtures.flows import run_flow, run_id
 from tests.fixtures.runs import results_table
+from write_engine.inputs import split_identifiers
 from write_engine.outcomes import Outcome
+from write_engine.run import unusable_id
 
 ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 
@@ -139,3 +141,13 @@ async def test_questionnaires_ready_for_review_are_approved_once_in_one_run(
     assert summary.total == 0
     approvals = flows_env.control.stats()["write_counts"]["questionnaire_approve"]
     assert approvals == dict.fromkeys(ready, 1)
+
+
+def test_an_id_no_url_path_can_carry_is_a_failed_item_not_a_stuck_run() -> None:
+    """Ids come from the service here, not from an operator: one the client would refuse to
+    send must not stop the run (nor the catch-up after it) for every other item."""
+    usable, unusable = split_identifiers(["dv-1", "a/b", " ", "x" * 300, "dv-2"])
+    assert usable == ["dv-1", "dv-2"] and unusable == ["a/b", " ", "x" * 300]
+    row = unusable_id("a/b")
+    assert row.outcome is Outcome.FAILED and row.rerun_input is None
+    assert "cannot be sent in a URL path" in row.reason
