@@ -1,14 +1,15 @@
 """End to end, as an operator runs it: the local stack of ``make serve`` (sandbox, a real
 ``prefect server start`` on PostgreSQL, bootstrap, ``prefect deploy --all`` of prefect.yaml, a
 process worker), then audit-log events in the sandbox that the bridge turns into Prefect
-events, which the triggers of prefect.yaml turn into flow runs.
+events, which the triggers of prefect.yaml turn into flow runs: one run per burst, which reads
+every entry since its checkpoint. With the trigger paused, the catch-up schedule does the same.
 
-One stack for the module (it takes about a minute to start on a busy machine); every scenario
-is set up before the one bridge run, so their flow runs overlap instead of queueing.
+One stack for the module (it takes about a minute to start on a busy machine).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -37,7 +38,11 @@ BRIDGE = "bridge-event-log/every-3-minutes"
 PROMOTE = "Promote discovered vendors/promote-discovered-vendors"
 ROUTE = "Route questionnaires to approval/route-questionnaires"
 RERUN = "Rerun failed items/rerun-failed-items"
+PROMOTE_AUTOMATION = "promote-vendors-when-discovered"
 MAX_ATTEMPTS = 2
+BURST = 40
+#: the catch-up interval while the catch-up test runs (the default is 900 s)
+SHORT_CATCH_UP_SECONDS = 20
 T = TypeVar("T")
 
 
@@ -96,25 +101,58 @@ def retry_from_the_ui(stack: LocalStack, flow_run_id: str) -> None:
     stack.request("POST", f"/flow_runs/{flow_run_id}/set_state", {"state": state, "force": True})
 
 
-def promoted(run: dict[str, Any]) -> str:
-    return str(run["parameters"]["discovered_vendor_ids"][0])
+def triggered_runs(stack: LocalStack, name: str) -> list[dict[str, Any]]:
+    """Runs of the deployment that its trigger (or a person) created, not its schedule."""
+    return [run for run in flow_runs(stack, name) if not run["auto_scheduled"]]
+
+
+def caught_up_runs(stack: LocalStack, name: str) -> list[dict[str, Any]]:
+    """Runs the deployment's catch-up schedule created that have started."""
+    return [
+        run
+        for run in flow_runs(stack, name)
+        if run["auto_scheduled"] and run["state"]["type"] != "SCHEDULED"
+    ]
+
+
+def new_runs(runs: list[dict[str, Any]], before: set[str]) -> list[dict[str, Any]]:
+    return [run for run in runs if run["id"] not in before]
+
+
+def ids_of(runs: list[dict[str, Any]]) -> set[str]:
+    return {str(run["id"]) for run in runs}
+
+
+def table_items(stack: LocalStack, flow_run_id: str) -> list[str]:
+    """The items of a write run's results table (its artifact)."""
+    body = {"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}}
+    for artifact in stack.request("POST", "/artifacts/filter", body).json():
+        if (artifact.get("key") or "").endswith("-results"):
+            return [str(row["item"]) for row in json.loads(artifact["data"])]
+    raise AssertionError(f"run {flow_run_id} has no results table")
+
+
+def bridge(stack: LocalStack, parameters: dict[str, Any]) -> None:
+    run = run_deployment(stack, BRIDGE, parameters)
+    state = eventually("the bridge run to finish", lambda: finished(stack, run))
+    assert state["type"] == "COMPLETED", state
 
 
 # ------------------------------------------------------------------------------- the tests
 def test_an_entry_logged_before_the_bridges_first_run_is_bridged(
     stack: LocalStack, control: SandboxControl
 ) -> None:
-    """Day one: bootstrap recorded where the bridge starts, so an entry logged after the stack
-    came up but before the bridge ever ran still becomes an event and starts its promotion."""
+    """Day one: bootstrap recorded where the bridge and the promotion start, so an entry logged
+    after the stack came up but before the bridge ever ran still becomes an event, which starts
+    a promotion run that finds the vendor in the audit log."""
     vendor = control.inject("vendor_discovered")["id"]
-    bridge_run = run_deployment(stack, BRIDGE, {})  # its first run, with the deployed defaults
-    state = eventually("the bridge run to finish", lambda: finished(stack, bridge_run))
-    assert state["type"] == "COMPLETED", state["message"]
+    bridge(stack, {})  # its first run, with the deployed defaults
     (run,) = eventually(
-        "the promotion of that vendor",
-        lambda: [r for r in flow_runs(stack, PROMOTE) if promoted(r) == vendor and final([r])],
+        "the promotion run", lambda: final(r := triggered_runs(stack, PROMOTE)) and r
     )
-    assert run["state"]["type"] == "COMPLETED"
+    assert run["state"]["type"] == "COMPLETED", run["state"]
+    assert run["parameters"] == {"from_audit_log": True}
+    assert table_items(stack, run["id"]) == [vendor]
     assert control.stats()["write_counts"]["add_to_managed"] == {vendor: 1}
 
 
@@ -122,40 +160,35 @@ def test_audit_log_events_drive_deployments_end_to_end(
     stack: LocalStack, control: SandboxControl
 ) -> None:
     started = datetime.now(UTC) - timedelta(seconds=5)
+    earlier = ids_of(flow_runs(stack, PROMOTE))
     # The scenarios: two vendors discovered (the first promotion call is refused once, so
-    # one promotion fails, and a refusal is left to an operator) and a questionnaire ready for
+    # one vendor fails, and a refusal is left to an operator) and a questionnaire ready for
     # review.
     control.set_fault(ADD_TO_MANAGED, error_rate=1.0, status=403, count=1)
     vendors = {control.inject("vendor_discovered")["id"] for _ in range(2)}
     questionnaire = control.inject("questionnaire_ready_for_review")["id"]
 
     # Run a deployment by name and see it complete: the bridge turns the entries into events.
-    bridge_run = run_deployment(
-        stack, BRIDGE, {"start_date": started.isoformat(), "reset_checkpoint": True}
+    bridge(stack, {"start_date": started.isoformat(), "reset_checkpoint": True})
+
+    # vendors discovered -> one promotion run for both, which fails the refused one
+    (promotion,) = eventually(
+        "the promotion run to finish",
+        lambda: final(r := new_runs(triggered_runs(stack, PROMOTE), earlier)) and r,
     )
-    bridge_state = eventually("the bridge run to finish", lambda: finished(stack, bridge_run))
-    assert bridge_state["type"] == "COMPLETED", bridge_state
-
-    # vendor discovered -> promote_discovered_vendors for that vendor -> managed in the sandbox
-    def promotions_done() -> list[dict[str, Any]] | None:
-        runs = [r for r in flow_runs(stack, PROMOTE) if promoted(r) in vendors]
-        return runs if len(runs) == len(vendors) and final(runs) else None
-
-    promotions = eventually("the promotion runs to finish", promotions_done)
-    assert sorted(r["state"]["type"] for r in promotions) == ["COMPLETED", "FAILED"]
-    assert {r["parameters"]["discovered_vendor_ids"][0] for r in promotions} == vendors
-    failed_promotion = next(r for r in promotions if r["state"]["type"] == "FAILED")
-    refused_vendor = failed_promotion["parameters"]["discovered_vendor_ids"][0]
+    assert promotion["state"]["type"] == "FAILED"
+    assert sorted(table_items(stack, promotion["id"])) == sorted(vendors)
     managed = control.stats()["write_counts"]["add_to_managed"]
+    (refused_vendor,) = vendors - set(managed)
     assert {v: n for v, n in managed.items() if v in vendors} == dict.fromkeys(
         vendors - {refused_vendor}, 1
     )
     # The run's own event says none of its failures is retryable (a 403), so no automatic
     # rerun. Told that it had a transient failure, the automation reruns it after the delay,
     # sending only retryable items: the refusal is reported again, unsent.
-    emit_failed_items_event(stack, failed_promotion["id"], attempt=1)
+    emit_failed_items_event(stack, promotion["id"], attempt=1)
     # as if the same run had already been rerun up to the last attempt: no rerun may go ahead
-    emit_failed_items_event(stack, failed_promotion["id"], attempt=MAX_ATTEMPTS)
+    emit_failed_items_event(stack, promotion["id"], attempt=MAX_ATTEMPTS)
 
     # questionnaire ready for review -> route_questionnaires -> approved in the sandbox
     eventually(
@@ -163,11 +196,12 @@ def test_audit_log_events_drive_deployments_end_to_end(
         lambda: control.stats()["write_counts"]["questionnaire_approve"].get(questionnaire),
     )
     (route_run,) = eventually(
-        "the routing run to finish", lambda: final(r := flow_runs(stack, ROUTE)) and r
+        "the routing run to finish", lambda: final(r := triggered_runs(stack, ROUTE)) and r
     )
     assert route_run["state"]["type"] == "COMPLETED"
-    assert route_run["parameters"]["questionnaire_ids"] == [questionnaire]
+    assert route_run["parameters"]["from_audit_log"] is True
     assert route_run["parameters"]["route"] == ["IN_REVIEW"]
+    assert table_items(stack, route_run["id"]) == [f"questionnaire {questionnaire}"]
 
     # retryable failed items -> an automatic rerun after the delay, of exactly the failed run,
     # of its retryable items only; none for the refusal itself and none beyond max_attempts
@@ -178,7 +212,7 @@ def test_audit_log_events_drive_deployments_end_to_end(
     automatic_runs = eventually("the reruns", reruns)
     assert len(automatic_runs) == 2, [r["parameters"] for r in automatic_runs]
     by_attempt = {r["parameters"]["attempt"]: r for r in automatic_runs}
-    assert {r["parameters"]["flow_run_id"] for r in by_attempt.values()} == {failed_promotion["id"]}
+    assert {r["parameters"]["flow_run_id"] for r in by_attempt.values()} == {promotion["id"]}
     rerun = by_attempt[2]
     assert rerun["parameters"]["retryable_only"] is True
     assert rerun["state"]["type"] == "FAILED", rerun["state"]  # the refusal, carried unsent
@@ -205,179 +239,105 @@ def test_audit_log_events_drive_deployments_end_to_end(
     assert stats["token_mints"] == {DEMO_CLIENT_ID: 1}
     assert len(flow_runs(stack, RERUN)) == 3  # the rerun by hand's success starts nothing
 
-    # Prefect's own Retry button on the failed promotion reruns the whole flow with the same
-    # parameters: safe, the vendor is already managed and add-to-managed is idempotent
-    failed_state = state_of(stack, failed_promotion["id"])
-    retry_from_the_ui(stack, failed_promotion["id"])
+    # Prefect's own Retry button on the failed promotion runs it again with the same
+    # parameters: it reads the audit log from the checkpoint, which its first attempt moved
+    # past these vendors, so it sends nothing again (failed items are rerun-failed-items' job)
+    failed_state = state_of(stack, promotion["id"])
+    retry_from_the_ui(stack, promotion["id"])
     retried = eventually(
         "the retried run to finish",
-        lambda: (
-            (s := finished(stack, failed_promotion["id"])) and s["id"] != failed_state["id"] and s
-        ),
+        lambda: (s := finished(stack, promotion["id"])) and s["id"] != failed_state["id"] and s,
     )
     assert retried["type"] == "COMPLETED", retried
-    after_retry = control.stats()["write_counts"]["add_to_managed"]
-    assert after_retry[refused_vendor] == 2  # one more call, answered with the same vendor
-    assert len([r for r in flow_runs(stack, PROMOTE) if promoted(r) in vendors]) == 2
+    assert (
+        control.stats()["write_counts"]["add_to_managed"] == stats["write_counts"]["add_to_managed"]
+    )
+    assert len(new_runs(triggered_runs(stack, PROMOTE), earlier)) == 1
 
 
-# ---------------------------------------------------------------- events the triggers missed
-REDELIVER = "redeliver-missed-events/redeliver-missed-events"
-SENT = "compliance.redelivery.sent"
-GAVE_UP = "compliance.redelivery.gave-up"
-PROMOTE_AUTOMATION = "promote-vendor-when-discovered"
-
-
-def unpromoted_vendor(stack: LocalStack, control: SandboxControl) -> str:
-    """A seeded discovered vendor that no promotion run has named yet."""
-    named = {promoted(run) for run in flow_runs(stack, PROMOTE)}
-    return next(v for v in reversed(control.seed()["discovered_vendors"]) if v not in named)
-
-
-def emit_vendor_discovered(stack: LocalStack, vendor: str, *, follows: str | None = None) -> str:
-    """The event the bridge sends for a vendor_discovered entry (audit_log/events.py); returns
-    its id once the server has stored it."""
-    event_id = str(uuid.uuid4())
-    event = {
-        "id": event_id,
-        "follows": follows,
-        "occurred": datetime.now(UTC).isoformat(),
-        "event": "compliance.vendor_discovered",
-        "resource": {
-            "prefect.resource.id": f"compliance.discoveredvendor.{vendor}",
-            "compliance.target.id": vendor,
-            "compliance.target.type": "DiscoveredVendor",
-        },
-        "payload": {},
-    }
-    stack.request("POST", "/events", [event])
-    eventually("the event to be stored", lambda: events_about(stack, [], event_id=event_id))
-    return event_id
-
-
-def events_about(
-    stack: LocalStack, names: list[str], *, event_id: str | None = None, resource: str = ""
-) -> list[dict[str, Any]]:
-    since = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
-    event_filter: dict[str, Any] = {"occurred": {"since": since}}
-    if names:
-        event_filter["event"] = {"name": names}
-    if event_id:
-        event_filter["id"] = {"id": [event_id]}
-    if resource:
-        event_filter["resource"] = {"id": [resource]}
-    body = {"filter": event_filter, "limit": 50}
-    return list(stack.request("POST", "/events/filter", body).json()["events"])
-
-
-def redeliver(stack: LocalStack, **parameters: Any) -> dict[str, Any]:
-    """A redelivery run's final state, with its log lines under ``"logs"``."""
-    run_id = run_deployment(stack, REDELIVER, {"grace_minutes": 0, **parameters})
-    state = eventually("the redelivery run to finish", lambda: finished(stack, run_id))
-    query = {"logs": {"flow_run_id": {"any_": [run_id]}}, "sort": "TIMESTAMP_ASC"}
-    logs = stack.request("POST", "/logs/filter", query).json()
-    return {**state, "logs": [line["message"] for line in logs]}
-
-
-def promotions_of(stack: LocalStack, vendor: str) -> list[dict[str, Any]]:
-    return [run for run in flow_runs(stack, PROMOTE) if promoted(run) == vendor]
-
-
-@pytest.fixture
-def failing_automation(stack: LocalStack) -> Iterator[str]:
-    """An automation whose action always fails (its deployment does not exist), for
-    ``compliance.test_never_acted`` events; yields its name."""
-    name = "test-action-always-fails"
-    body = {
-        "name": name,
-        "trigger": {
-            "type": "event",
-            "expect": ["compliance.test_never_acted"],
-            "match": {"prefect.resource.id": "compliance.test.*"},
-            "posture": "Reactive",
-            "threshold": 1,
-            "within": 0,
-        },
-        "actions": [
-            {"type": "run-deployment", "source": "selected", "deployment_id": str(uuid.uuid4())}
-        ],
-    }
-    automation = stack.request("POST", "/automations/", body).json()
-    yield name
-    stack.request("DELETE", f"/automations/{automation['id']}")
-
-
-def emit_never_acted(stack: LocalStack) -> str:
-    event_id = str(uuid.uuid4())
-    event = {
-        "id": event_id,
-        "occurred": datetime.now(UTC).isoformat(),
-        "event": "compliance.test_never_acted",
-        "resource": {"prefect.resource.id": f"compliance.test.{event_id}"},
-    }
-    stack.request("POST", "/events", [event])
-    return event_id
-
-
-def records(stack: LocalStack, name: str, event_id: str) -> list[dict[str, Any]]:
-    """The redelivery's records (``compliance.redelivery.*``) about one event."""
-    return events_about(stack, [name], resource=f"prefect.event.{event_id}")
-
-
-def test_events_the_triggers_missed_are_resent_or_reported_once(
-    stack: LocalStack, control: SandboxControl, failing_automation: str
+def test_a_burst_becomes_one_run_per_deployment_and_every_item_is_applied_once(
+    stack: LocalStack, control: SandboxControl
 ) -> None:
-    """Two events no automation acted on, checked by the same redelivery runs:
+    """40 vendors discovered and 40 questionnaires ready for review at once: at most 3 runs
+    each (Prefect's debounce on the trigger), every item in their tables, each applied once."""
+    earlier = ids_of(flow_runs(stack, PROMOTE)) | ids_of(flow_runs(stack, ROUTE))
+    vendors = {control.inject("vendor_discovered")["id"] for _ in range(BURST)}
+    questionnaires = {control.inject("questionnaire_ready_for_review")["id"] for _ in range(BURST)}
+    assert len(vendors) == len(questionnaires) == BURST
+    bridge(stack, {})
 
-    - a vendor discovered while the server went down before its triggers acted (the event
-      follows one the server has not seen, so its triggers hold it back in memory, and the
-      restart forgets it): resent, the automation starts the promotion it never started, and
-      the next check sends nothing more;
-    - an event whose automation's action always fails: after the last resend it is reported
-      (the run ends Failed), and the next run leaves it alone.
-    """
-    vendor = unpromoted_vendor(stack, control)
-    dropped = emit_vendor_discovered(stack, vendor, follows=str(uuid.uuid4()))
-    stack.restart_prefect_server()
-    failing = emit_never_acted(stack)
-    eventually(
-        "the failing automation's action to fail",
-        lambda: [
-            e
-            for e in events_about(stack, ["prefect.automation.action.failed"])
-            if e["resource"]["prefect.resource.name"] == failing_automation
-        ],
+    def done(name: str, items: set[str]) -> list[dict[str, Any]] | None:
+        runs = new_runs(triggered_runs(stack, name), earlier)
+        if not runs or not final(runs):
+            return None
+        handled = [item for run in runs for item in table_items(stack, run["id"])]
+        return runs if len(handled) >= len(items) else None
+
+    promotions = eventually("the promotion runs", lambda: done(PROMOTE, vendors))
+    routings = eventually("the routing runs", lambda: done(ROUTE, questionnaires))
+    assert 1 <= len(promotions) <= 3 and 1 <= len(routings) <= 3
+    assert {r["state"]["type"] for r in promotions + routings} == {"COMPLETED"}
+    listed = sorted(item for run in promotions for item in table_items(stack, run["id"]))
+    assert listed == sorted(vendors)
+    stats = control.stats()["write_counts"]
+    assert {v: n for v, n in stats["add_to_managed"].items() if v in vendors} == dict.fromkeys(
+        vendors, 1
     )
-    assert promotions_of(stack, vendor) == []
+    assert {
+        q: n for q, n in stats["questionnaire_approve"].items() if q in questionnaires
+    } == dict.fromkeys(questionnaires, 1)
+    assert control.stats()["token_mints"] == {DEMO_CLIENT_ID: 1}
 
-    state = redeliver(stack, max_attempts=1)
-    assert state["type"] == "COMPLETED", state["logs"]
-    (sent,) = eventually("the resend's record", lambda: records(stack, SENT, dropped))
-    assert sent["payload"]["attempt"] == 1
-    assert sent["payload"]["automations"] == [PROMOTE_AUTOMATION]
-    assert sent["payload"]["copy_id"] != dropped  # a copy: the server may ignore the original
-    (sent,) = eventually("the other resend's record", lambda: records(stack, SENT, failing))
-    assert sent["payload"]["automations"] == [failing_automation]
-    (run,) = eventually(
-        "the promotion started by the resent event",
-        lambda: [r for r in promotions_of(stack, vendor) if final([r])],
+
+def automation_id(stack: LocalStack, name: str) -> str:
+    automations = stack.request("POST", "/automations/filter", {}).json()
+    (found,) = [a for a in automations if a["name"] == name]
+    return str(found["id"])
+
+
+def set_catch_up_interval(stack: LocalStack, seconds: int) -> None:
+    """What an operator does on the deployment page's schedule; Prefect's scheduler looks at
+    recently updated deployments every few seconds and creates the schedule's runs."""
+    deployment = stack.request("GET", f"/deployments/name/{PROMOTE}").json()
+    (schedule,) = [s for s in deployment["schedules"] if s["slug"] == "catch-up"]
+    update = {
+        "schedule": {"interval": seconds, "timezone": "UTC"},
+        "parameters": schedule["parameters"],  # an update without them would clear them
+    }
+    stack.request("PATCH", f"/deployments/{deployment['id']}/schedules/{schedule['id']}", update)
+    stack.request(
+        "PATCH", f"/deployments/{deployment['id']}", {"description": deployment["description"]}
     )
-    assert run["state"]["type"] == "COMPLETED"
-    assert control.stats()["write_counts"]["add_to_managed"][vendor] == 1
 
-    state = redeliver(stack, max_attempts=1)
-    assert state["type"] == "FAILED", state["logs"]
-    assert "still have no run after up to 1 resends" in state["message"]
-    (gave_up,) = eventually("the record of giving up", lambda: records(stack, GAVE_UP, failing))
-    assert gave_up["payload"]["event_resource"] == f"compliance.test.{failing}"
-    assert gave_up["payload"]["reason"] == "no run after the last resend"
 
-    state = redeliver(stack, max_attempts=1)
-    assert state["type"] == "COMPLETED", state["logs"]
-    assert len(records(stack, SENT, dropped)) == 1
-    assert records(stack, GAVE_UP, dropped) == []
-    assert len(records(stack, GAVE_UP, failing)) == 1
-    assert len(promotions_of(stack, vendor)) == 1
+def test_with_the_trigger_paused_the_catch_up_handles_every_vendor(
+    stack: LocalStack, control: SandboxControl
+) -> None:
+    """A dropped event, or an automation paused during a burst: the vendors are promoted by
+    the next catch-up run all the same, by construction (it reads the audit log)."""
+    automation = automation_id(stack, PROMOTE_AUTOMATION)
+    stack.request("PATCH", f"/automations/{automation}", {"enabled": False})
+    try:
+        earlier = ids_of(flow_runs(stack, PROMOTE))
+        vendors = {control.inject("vendor_discovered")["id"] for _ in range(5)}
+        bridge(stack, {})
+        set_catch_up_interval(stack, SHORT_CATCH_UP_SECONDS)
+
+        def caught_up() -> list[dict[str, Any]] | None:
+            managed = control.stats()["write_counts"]["add_to_managed"]
+            runs = new_runs(caught_up_runs(stack, PROMOTE), earlier)
+            return runs if vendors <= set(managed) and final(runs) else None
+
+        runs = eventually("a catch-up run to promote them", caught_up, timeout=240)
+        handled = [item for run in runs for item in table_items(stack, run["id"])]
+        assert sorted(handled) == sorted(vendors)
+        assert {r["parameters"]["from_audit_log"] for r in runs} == {True}
+        assert new_runs(triggered_runs(stack, PROMOTE), earlier) == []  # the trigger was off
+        managed = control.stats()["write_counts"]["add_to_managed"]
+        assert {v: managed[v] for v in vendors} == dict.fromkeys(vendors, 1)
+    finally:
+        set_catch_up_interval(stack, 900)
+        stack.request("PATCH", f"/automations/{automation}", {"enabled": True})
 
 
 # ------------------------------------------------------------------------------- last
