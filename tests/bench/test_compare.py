@@ -1,12 +1,21 @@
-"""SQLite vs PostgreSQL in RESULTS.md (bench/compare.py) and the burst's own bookkeeping
-(bench/burst.py): a target is met only on numbers that show it, never on a missing one."""
+"""SQLite vs PostgreSQL in RESULTS.md (bench/compare.py) and the burst's own bookkeeping and
+targets (bench/burst.py): a target is met only on numbers that show it, never on a missing one."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bench.__main__ import render
-from bench.burst import summarize_burst
+from bench.burst import (
+    counts_since,
+    log_counts,
+    summarize_burst,
+    target_checks,
+    targets_met,
+    targets_missed,
+    traceback_errors,
+)
 from bench.compare import MET, MISSED, UNKNOWN, comparison_md, comparison_rows
 
 HEADER = {
@@ -22,34 +31,42 @@ HEADER = {
 }
 
 
-def burst_side(wall: float | None, lost: int = 0, timed_out: bool = False) -> dict[str, Any]:
+def burst_run(size: int = 400, wall: float | None = 30.0, **changes: Any) -> dict[str, Any]:
+    """One burst as bench/burst.py records it: by default every target of a burst of 400 met."""
     return {
-        "events": 40,
-        "promote_runs": 40,
+        "size": size,
         "wall_seconds": wall,
-        "timed_out": timed_out,
-        "lost": lost,
-        "promote_states": {"COMPLETED": 40 - lost, "CRASHED": lost} if lost else {"COMPLETED": 40},
+        "timed_out": False,
+        "promote_runs": 2,
+        "promote_states": {"COMPLETED": 2},
+        "runs_not_completed": 0,
+        "vendors_managed_twice": 0,
         "vendors_not_managed": 0,
         "runs_started_again": 0,
-        "recovery_runs": 0,
+        "database_is_locked": 0,
+        "tracebacks": 0,
         "mints": 1,
         "401s": 0,
-        "milestones_seconds": {"first_promote_run_created": 3.0},
         "bridge_state": "COMPLETED",
-        "stack_startup_seconds": 60.0,
+        "recovery_runs": 0,
+        "milestones_seconds": {"first_promote_run_created": 3.0},
+        "poll": {"read_timeouts": 0, "read_503s": 0, "slowest_read_seconds": 0.2},
         "foreign_cpu": {"seconds": 0.1, "share_of_cores": 0.001, "ours_seconds": 50.0},
-        "lost_runs": [],
-    }
+        "runs": [],
+    } | changes
+
+
+def burst_side(*runs: dict[str, Any], workers: int = 1) -> dict[str, Any]:
+    return {"workers": workers, "stack_startup_seconds": 60.0, "bursts": list(runs)}
 
 
 def burst(sqlite: dict[str, Any], postgresql: dict[str, Any]) -> dict[str, Any]:
     return {
         "config": {
-            "events": 40,
-            "workers": 3,
-            "timeout_seconds": 1800,
-            "settle_seconds": 15,
+            "sizes": [40, 400],
+            "workers": {"sqlite": 1, "postgresql": 3},
+            "timeout_seconds": 600,
+            "settle_seconds": 20,
             "backends": ["sqlite", "postgresql"],
         },
         "backends": {"sqlite": sqlite, "postgresql": postgresql},
@@ -106,7 +123,10 @@ def find(rows: dict[str, str], start: str) -> str:
 
 def test_each_target_is_met_or_missed_on_its_numbers() -> None:
     results = {
-        "burst": burst(burst_side(200.0), burst_side(40.0)),
+        "burst": burst(
+            burst_side(burst_run(40, 10.0), burst_run(400, 55.0)),
+            burst_side(burst_run(40, 8.0), burst_run(400, 40.0), workers=3),
+        ),
         "token_contention": tokens(
             token_row("sqlite", "local", 65000.0),
             token_row("postgresql", "local", 800.0),
@@ -114,48 +134,77 @@ def test_each_target_is_met_or_missed_on_its_numbers() -> None:
         ),
     }
     rows = verdicts(results)
-    assert find(rows, "burst of 40") == MET  # 5x
-    assert find(rows, "burst: lost") == MET
+    assert find(rows, "burst of 400: wall time") == MET  # 55 <= 60 on SQLite, 40 <= 45 on PG
+    assert find(rows, "burst of 400: promotion runs") == MET
+    assert find(rows, "burst of 400: vendors managed twice") == MET
+    assert find(rows, 'burst of 400: "database is locked"') == MET
+    assert find(rows, "burst of 400: token mints") == MET
     assert find(rows, "token contention (local store): token-wait p99") == MET
     assert find(rows, "token contention (local store): lost") == MET
     assert find(rows, "add-people") == UNKNOWN  # not measured: never "met"
 
-    slower = {"burst": burst(burst_side(100.0, lost=2), burst_side(40.0))}
+    # 45 s is SQLite's target met but PostgreSQL's missed; a locked database on either misses
+    slower = {
+        "burst": burst(
+            burst_side(burst_run(400, 45.0, database_is_locked=3)),
+            burst_side(burst_run(400, 46.0), workers=3),
+        )
+    }
     rows = verdicts(slower)
-    assert find(rows, "burst of 40") == MISSED  # 2.5x
-    assert find(rows, "burst: lost") == MISSED
+    assert find(rows, "burst of 400: wall time") == MISSED
+    assert find(rows, 'burst of 400: "database is locked"') == MISSED
+    assert find(rows, "burst of 400: promotion runs") == MET
 
 
-def test_a_failed_or_timed_out_side_is_not_taken_for_a_number() -> None:
-    failed = {"burst": burst({"backend": "sqlite", "error": "Traceback"}, burst_side(40.0))}
+def test_a_burst_is_held_to_the_targets_of_its_backend_and_size_only() -> None:
+    assert target_checks("sqlite", burst_run(40, 500.0, promote_runs=9)) is None
+    met = target_checks("sqlite", burst_run(400, 60.0))
+    assert met is not None and targets_met(met) is True
+    assert targets_met(target_checks("postgresql", burst_run(400, 60.0))) is False
+    # the token minted before the burst still valid: no mint at all is fine, two are not
+    assert targets_met(target_checks("sqlite", burst_run(400, mints=0))) is True
+    two = target_checks("sqlite", burst_run(400, mints=2))
+    assert targets_missed("sqlite", two) == ["at most 1 mint"]
+    many = target_checks(
+        "sqlite", burst_run(400, promote_runs=4, vendors_managed_twice=1, tracebacks=2)
+    )
+    assert targets_missed("sqlite", many) == [
+        "each vendor managed exactly once",
+        "at most 3 promotion runs",
+        "0 tracebacks",
+    ]
+
+
+def test_a_failed_or_unfinished_burst_is_not_taken_for_a_number() -> None:
+    failed = {
+        "burst": burst(
+            {"backend": "sqlite", "error": "Traceback"},
+            burst_side(burst_run(400, 40.0), workers=3),
+        )
+    }
     rows = verdicts(failed)
-    assert find(rows, "burst of 40") == UNKNOWN
-    assert find(rows, "burst: lost") == UNKNOWN
+    assert find(rows, "burst of 400: wall time") == UNKNOWN
+    assert find(rows, "burst of 400: promotion runs") == UNKNOWN
+    failed_run = burst_side({"size": 400, "error": "Traceback: boom"})
+    checks = target_checks("sqlite", failed_run["bursts"][0])
+    assert checks is not None and targets_met(checks) is None  # not measured, not met
 
-    # SQLite did not finish within 1200 s: at least 1200/40 = 30x, so the speed-up is met...
-    timed_out = {"burst": burst(burst_side(None, lost=5, timed_out=True), burst_side(40.0))}
-    rows = verdicts(timed_out)
-    assert find(rows, "burst of 40") == MET
-    assert find(rows, "burst: lost") == MISSED
-    # ...but a lower bound under 4x proves nothing either way
-    slow_pg = {"burst": burst(burst_side(None, timed_out=True), burst_side(600.0))}
-    assert find(verdicts(slow_pg), "burst of 40") == UNKNOWN
+    # vendors never all managed (timed out, or nothing left to manage them): no wall time, and
+    # the wall target is missed, not skipped
+    unmanaged = burst_run(400, None, timed_out=True, vendors_not_managed=7)
+    rows = verdicts({"burst": burst(burst_side(unmanaged), burst_side(burst_run(400), workers=3))})
+    assert find(rows, "burst of 400: wall time") == MISSED
+    assert find(rows, "burst of 400: vendors managed twice") == MISSED
+    row = next(r for r in comparison_rows({"burst": burst(burst_side(unmanaged), {})}))
+    assert (row["sqlite"], row["postgresql"]) == ("timed out", None)
 
 
-def test_a_burst_whose_runs_were_never_all_created_is_judged_generously_for_sqlite() -> None:
-    def partial(wall: float, created: int) -> dict[str, Any]:
-        return burst_side(wall) | {"promote_runs": created, "events": 40, "lost": 40 - created}
-
-    complete = burst_side(40.0) | {"promote_runs": 40, "events": 40}
-    # 36 runs in 100 s: even 40 in 100 * 40/36 s would be 2.8x: missed
-    assert find(verdicts({"burst": burst(partial(100.0, 36), complete)}), "burst of 40") == MISSED
-    # 36 runs in 150 s is 3.75x, 40 in up to 167 s could be 4.2x: cannot say
-    assert find(verdicts({"burst": burst(partial(150.0, 36), complete)}), "burst of 40") == UNKNOWN
-    assert find(verdicts({"burst": burst(partial(170.0, 36), complete)}), "burst of 40") == MET
-    # PostgreSQL itself lost runs: its wall covers less work, so its speed-up proves nothing
-    assert find(verdicts({"burst": burst(complete, partial(10.0, 30))}), "burst of 40") == UNKNOWN
-    text = render({"burst": burst(partial(100.0, 36), complete)}, HEADER, quick=False)
-    assert "100.0 (36 of 40 runs created)" in text
+def test_a_burst_measured_before_runs_were_coalesced_is_not_judged() -> None:
+    old_side = {"events": 40, "wall_seconds": 90.0, "lost": 0, "promote_runs": 40, "mints": 1}
+    old = {"config": {"events": 40, "workers": 3}, "backends": {"sqlite": old_side}}
+    assert set(verdicts({"burst": old}).values()) == {UNKNOWN}
+    text = render({"burst": old}, HEADER, quick=False)
+    assert "Measured before the promote deployment coalesced a burst" in text
 
 
 def test_token_wait_target_is_judged_per_store_on_postgresql() -> None:
@@ -218,43 +267,128 @@ def test_results_md_opens_with_the_comparison_and_keeps_every_section() -> None:
             token_row("postgresql", "local", 800.0),
             token_row(None, None, 300.0),
         ),
-        "burst": burst(burst_side(200.0), {"backend": "postgresql", "error": "Traceback: boom"}),
+        "burst": burst(
+            burst_side(burst_run(40, 12.0)), {"backend": "postgresql", "error": "Traceback: boom"}
+        ),
     }
     text = render(results, HEADER, quick=False)
     assert text.index("SQLite vs PostgreSQL") < text.index("## 2. Token contention")
-    assert "## 5. Burst" in text and "Traceback: boom" in text
+    assert "## 5. Bursts" in text and "Traceback: boom" in text
     assert "| shared | PostgreSQL | local | 40 | 0 |" in text
     summary = comparison_md(results, 0.05)
     assert any("Targets:" in line for line in summary)
 
 
-def test_burst_counts_runs_not_completed_and_vendors_not_managed() -> None:
+def test_results_md_has_a_burst_row_per_backend_and_size_next_to_its_targets() -> None:
+    crashed = {"name": "brave-fox", "state": "CRASHED", "message": "killed", "run_count": 2}
+    results = {
+        "burst": burst(
+            burst_side(
+                burst_run(40, 12.0, promote_runs=1, promote_states={"COMPLETED": 1}),
+                burst_run(400, 75.5, database_is_locked=2, tracebacks=1),
+            ),
+            burst_side(
+                burst_run(40, 9.0),
+                burst_run(400, 31.0, runs=[crashed], runs_started_again=1),
+                workers=3,
+            ),
+        )
+    }
+    text = render(results, HEADER, quick=False)
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("| Prefect server | workers"))
+    assert header.split(" | ")[3:11] == [
+        "wall s",
+        "promotion runs",
+        "managed twice",
+        "not managed",
+        "db locked",
+        "tracebacks",
+        "mints",
+        "401s",
+    ]
+    rows = [line for line in lines if line.startswith(("| SQLite |", "| PostgreSQL |"))]
+    assert len(rows) == 4
+    assert rows[0].startswith("| SQLite | 1 | 40 | 12.0 | 1 (COMPLETED 1) | 0 | 0 | 0 | 0 | 1 | 0")
+    assert rows[0].endswith("| – |")  # no target for 40 vendors
+    assert rows[1].startswith("| SQLite | 1 | 400 | 75.5 | 2 (COMPLETED 2) | 0 | 0 | 2 | 1 |")
+    assert (
+        '**MISSED**: every vendor managed within 60 s; 0 "database is locked"; 0 tracebacks'
+        in rows[1]
+    )
+    assert rows[3].startswith("| PostgreSQL | 3 | 400 | 31.0 |") and rows[3].endswith("| met |")
+    assert "run brave-fox ended CRASHED (runs: 2): killed" in text
+    assert "redeliver" not in text.lower()
+
+
+def test_burst_counts_runs_vendors_managed_twice_or_not_at_all_and_the_logs() -> None:
     vendors = ["v1", "v2", "v3"]
     runs = [
-        {"state": {"type": "COMPLETED"}, "parameters": {"discovered_vendor_ids": ["v1"]}},
-        {
-            "state": {"type": "CRASHED"},
-            "parameters": {"discovered_vendor_ids": ["v2"]},
-            "run_count": 2,
-        },
+        {"state": {"type": "COMPLETED"}, "parameters": {"from_audit_log": True}},
+        {"state": {"type": "CRASHED"}, "parameters": {"from_audit_log": True}, "run_count": 2},
     ]
     result = summarize_burst(
         3,
         vendors,
         runs,
-        {"v1": 1, "v2": 2},
+        {"v1": 1, "v2": 2, "someone-else": 1},
         wall_seconds=12.34,
         timed_out=False,
         mints=1,
         unauthorized=0,
+        logs={"database_is_locked_errors": 4, "tracebacks": 1},
     )
-    assert result["runs_not_completed"] == 1  # v2's run crashed (the vendor was managed anyway)
-    assert result["vendors_not_managed"] == 1  # v3 never got a run
-    assert result["lost"] == 2
-    assert result["vendors_without_a_run"] == 1
-    assert result["vendors_promoted_twice_or_more"] == 1
+    assert result["promote_runs"] == 2
+    assert result["promote_states"] == {"COMPLETED": 1, "CRASHED": 1}
+    assert result["runs_not_completed"] == 1
+    assert result["vendors_managed_twice"] == 1  # v2
+    assert result["vendors_not_managed"] == 1  # v3
     assert result["runs_started_again"] == 1
+    assert (result["database_is_locked"], result["tracebacks"]) == (4, 1)
+    assert (result["mints"], result["401s"]) == (1, 0)
     assert result["wall_seconds"] == 12.3
+
+
+def test_the_logs_count_only_what_the_stack_wrote_during_the_burst(tmp_path: Path) -> None:
+    locked = "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked\n"
+    trace = "Traceback (most recent call last):\n"
+    (tmp_path / "prefect-server.log").write_text(locked + trace)
+    (tmp_path / "not-a-log.txt").write_text(locked * 5)
+    before = log_counts(tmp_path)
+    assert before == {"database_is_locked_errors": 1, "tracebacks": 1}
+    with (tmp_path / "prefect-server.log").open("a") as log:
+        log.write(locked * 2)
+    (tmp_path / "local-worker.log").write_text(trace)
+    assert counts_since(before, log_counts(tmp_path)) == {
+        "database_is_locked_errors": 2,
+        "tracebacks": 1,
+    }
+
+
+def test_each_traceback_is_named_by_the_error_it_ended_with(tmp_path: Path) -> None:
+    scheduler = (
+        "ERROR | prefect.server.services.scheduler - Error scheduling deployment\n"
+        "Traceback (most recent call last):\n"
+        '  File "schedules.py", line 677, in _get_dates_whenever\n'
+        "    start_instant = _whenever_zdt_from_py(start)\n"
+        "ValueError: tzinfo must be of type ZoneInfo (exactly)\n"
+    )
+    (tmp_path / "prefect-server.log").write_text(scheduler * 2)
+    (tmp_path / "local-worker.log").write_text(
+        "Traceback (most recent call last):\n  File 'x'\n\nhttpx.ReadTimeout: timed out\n"
+    )
+    assert traceback_errors(tmp_path) == {
+        "ValueError: tzinfo must be of type ZoneInfo (exactly)": 2,
+        "httpx.ReadTimeout: timed out": 1,
+    }
+    results = {
+        "burst": burst(
+            burst_side(burst_run(40, tracebacks=2, traceback_errors={"ValueError: tz": 2})), {}
+        )
+    }
+    assert "SQLite, 40 vendors: 2 traceback(s) ending `ValueError: tz`" in render(
+        results, HEADER, quick=False
+    )
 
 
 def test_token_rows_count_lost_runs_and_the_waits_of_the_runs_that_got_a_token() -> None:
