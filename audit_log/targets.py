@@ -13,15 +13,21 @@ Memory holds the ids of the matching targets, not the entries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from prefect import get_run_logger
+from prefect.client.schemas.objects import State
 
 from audit_log.checkpoints import START_MARGIN, EventLogCheckpoint, VariableCheckpointStore
 from audit_log.reading import iter_new_pages
 from runtime.connection import compliance_client
 from tasks.event_logs import load_log_checkpoint, save_log_checkpoint
+from write_engine.inputs import ItemT, ParsedItems, split_identifiers
+from write_engine.outcomes import RunSummary
+from write_engine.run import WriteJob, run_write_job, unusable_id
 
 
 @dataclass(frozen=True)
@@ -86,3 +92,30 @@ async def commit(found: NewTargets) -> None:
     if found.checkpoint is not None and found.checkpoint != found.loaded:
         store = VariableCheckpointStore(found.source.checkpoint_variable)
         await save_log_checkpoint(store, found.checkpoint)
+
+
+async def run_on_new_targets(
+    job: WriteJob[ItemT],
+    source: AuditLogSource,
+    parse: Callable[[list[str]], ParsedItems[ItemT]],
+    *,
+    dry_run: bool,
+    concurrency: int,
+) -> RunSummary | State[Any]:
+    """Run ``job`` on the items ``parse`` makes of the new targets' ids, then ``commit``.
+
+    An id no URL path can carry is a failed row of the run, not a stop: it would otherwise
+    stop every later run at the same checkpoint. A dry run leaves the checkpoint alone.
+    """
+    found = await read_new_targets(source)
+    ids, unusable = split_identifiers(found.ids)
+    outcome = await run_write_job(
+        job,
+        parse(ids),
+        dry_run=dry_run,
+        concurrency=concurrency,
+        carried=[unusable_id(value) for value in unusable],
+    )
+    if not dry_run:
+        await commit(found)
+    return outcome

@@ -385,8 +385,6 @@ def _burst_md(result: dict[str, Any]) -> list[str]:
 
     config = result["config"]
     sides = result["backends"]
-    if "sizes" not in config:  # one run per event then
-        return _burst_before_coalescing_md(result)
     walls = ", ".join(
         f"{seconds:g} s on {BACKEND_LABELS.get(backend, backend)}"
         for backend, seconds in burst.WALL_TARGET_SECONDS.items()
@@ -526,17 +524,6 @@ def _burst_notes(sides: dict[str, Any]) -> list[str]:
                         f"(runs: {run['run_count']}): {run['message'][:200]}"
                     )
     return lines[:-1] if lines[-1] == "" else lines
-
-
-def _burst_before_coalescing_md(result: dict[str, Any]) -> list[str]:
-    """A result measured when every event started a run of its own: not comparable with the
-    targets of a coalesced burst; its numbers stay in the raw results."""
-    events = result["config"].get("events")
-    return [
-        f"Measured before the promote deployment coalesced a burst into one run (one run per "
-        f"event, {events} events): its numbers are in the raw results below. Run "
-        "`python -m bench --only burst` for the bursts as the stack runs them now."
-    ]
 
 
 def _demo_md(result: dict[str, Any]) -> list[str]:

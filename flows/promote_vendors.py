@@ -21,7 +21,7 @@ from prefect.client.schemas.objects import State
 from pydantic import BaseModel
 
 from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE
-from audit_log.targets import AuditLogSource, commit, read_new_targets
+from audit_log.targets import AuditLogSource, run_on_new_targets
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import ConflictError
 from compliance_api.models import Vendor
@@ -34,10 +34,9 @@ from write_engine.inputs import (
     collect_records,
     dedupe,
     parse_items,
-    split_identifiers,
 )
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job, unusable_id
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
 
 FLOW_KEY = "promote-discovered-vendors"
 #: where ``from_audit_log`` finds its vendors
@@ -188,6 +187,7 @@ async def promote_discovered_vendors(
         dry_run: Only report what would be promoted; nothing is written.
         concurrency: How many vendors are promoted at the same time (1 to 32).
     """
+    # checked before the first call, also when the log is to be read
     parsed = read_vendor_items(
         discovered_vendor_ids, input_file, from_audit_log=[] if from_audit_log else None
     )
@@ -195,16 +195,10 @@ async def promote_discovered_vendors(
         return await run_write_job(
             VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency
         )
-    found = await read_new_targets(NEWLY_DISCOVERED)
-    ids, unusable = split_identifiers(found.ids)
-    parsed = read_vendor_items(discovered_vendor_ids, input_file, from_audit_log=ids)
-    outcome = await run_write_job(
+    return await run_on_new_targets(
         VendorPromotion(),
-        parsed,
+        NEWLY_DISCOVERED,
+        lambda ids: read_vendor_items(discovered_vendor_ids, input_file, from_audit_log=ids),
         dry_run=dry_run,
         concurrency=concurrency,
-        carried=[unusable_id(value) for value in unusable],
     )
-    if not dry_run:
-        await commit(found)
-    return outcome

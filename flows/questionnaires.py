@@ -26,7 +26,7 @@ from prefect.client.schemas.objects import State
 from pydantic import field_validator, model_validator
 
 from audit_log.checkpoints import ROUTE_CHECKPOINT_VARIABLE
-from audit_log.targets import AuditLogSource, commit, read_new_targets
+from audit_log.targets import AuditLogSource, run_on_new_targets
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import PermissionDeniedError
 from compliance_api.models import (
@@ -43,11 +43,10 @@ from write_engine.inputs import (
     collect_records,
     dedupe,
     parse_items,
-    split_identifiers,
     split_list,
 )
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job, unusable_id
+from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job
 
 FLOW_KEY = "route-questionnaires"
 #: where ``from_audit_log`` finds its questionnaires
@@ -398,16 +397,10 @@ async def route_questionnaires(
         return await run_write_job(
             QuestionnaireRouting(), parsed, dry_run=dry_run, concurrency=concurrency
         )
-    found = await read_new_targets(READY_FOR_REVIEW)
-    ids, unusable = split_identifiers(found.ids)
-    parsed = read_route_items(questionnaire_ids, input_file, defaults, from_audit_log=ids)
-    outcome = await run_write_job(
+    return await run_on_new_targets(
         QuestionnaireRouting(),
-        parsed,
+        READY_FOR_REVIEW,
+        lambda ids: read_route_items(questionnaire_ids, input_file, defaults, from_audit_log=ids),
         dry_run=dry_run,
         concurrency=concurrency,
-        carried=[unusable_id(f"questionnaire {value}") for value in unusable],
     )
-    if not dry_run:
-        await commit(found)
-    return outcome

@@ -199,14 +199,6 @@ def test_a_failed_or_unfinished_burst_is_not_taken_for_a_number() -> None:
     assert (row["sqlite"], row["postgresql"]) == ("timed out", None)
 
 
-def test_a_burst_measured_before_runs_were_coalesced_is_not_judged() -> None:
-    old_side = {"events": 40, "wall_seconds": 90.0, "lost": 0, "promote_runs": 40, "mints": 1}
-    old = {"config": {"events": 40, "workers": 3}, "backends": {"sqlite": old_side}}
-    assert set(verdicts({"burst": old}).values()) == {UNKNOWN}
-    text = render({"burst": old}, HEADER, quick=False)
-    assert "Measured before the promote deployment coalesced a burst" in text
-
-
 def test_token_wait_target_is_judged_per_store_on_postgresql() -> None:
     results = {
         "token_contention": tokens(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prefect.variables import Variable
 
-import flows.promote_vendors as promote_module
+import audit_log.targets as targets_module
 from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE, ROUTE_CHECKPOINT_VARIABLE
 from compliance_api.errors import InputError
 from flows.promote_vendors import promote_discovered_vendors
@@ -89,7 +89,7 @@ async def test_a_dry_run_or_a_run_that_dies_leaves_the_checkpoint_for_the_next_r
         raise RuntimeError("the worker died mid-run")
 
     with monkeypatch.context() as patch:
-        patch.setattr(promote_module, "run_write_job", dies)
+        patch.setattr(targets_module, "run_write_job", dies)
         state = await promote_discovered_vendors(from_audit_log=True, return_state=True)
     assert state.is_failed()
     assert managed(flows_env) == {}
