@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar
 from urllib.parse import urlsplit
@@ -767,20 +767,20 @@ def assume_utc(moment: datetime) -> datetime:
 
 
 def iso_timestamp(moment: datetime) -> str:
-    """RFC 3339 text with an offset, e.g. ``2026-01-02T03:04:05+00:00``.
+    """The service's own form: UTC, milliseconds and ``Z``, e.g. ``2026-01-02T03:04:05.123Z``.
 
-    A naive datetime is taken to be UTC; an aware one keeps its instant and its offset (moved
-    to UTC only if the offset has seconds, which RFC 3339 cannot write).
+    A naive datetime is taken to be UTC; an aware one is moved to UTC (same instant). Sub-
+    millisecond digits are dropped, which floors the instant: exact for an inclusive upper
+    bound (the service's times are whole milliseconds), and at most 1 ms early for an inclusive
+    lower bound (``startDate``, ``lastUpdatedAfter``), which then reads a little more, never
+    less. The same datetime always gives the same text, so a cursor's query repeats exactly.
     """
-    moment = assume_utc(moment)
-    offset = moment.utcoffset()
-    if offset is not None and offset % timedelta(minutes=1):
-        moment = moment.astimezone(UTC)
-    return moment.isoformat()
+    utc = assume_utc(moment).astimezone(UTC)
+    return utc.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 #: a datetime a caller sends: made aware (UTC if naive) when set, written by ``iso_timestamp``
-#: so bodies and query parameters carry the same text for the same instant
+#: (UTC, milliseconds, ``Z``) so bodies and query parameters carry the same text for an instant
 RequestDatetime = Annotated[
     datetime,
     AfterValidator(assume_utc),

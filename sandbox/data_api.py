@@ -510,7 +510,12 @@ _HEADQUARTERS = ("USA", "DEU", "GBR", "FRA", "CAN", "IRL", "NLD", "SWE")
 
 
 def _managed_vendor(vendor_id: str, discovered: dict[str, Any]) -> dict[str, Any]:
-    """A new managed-vendor record: what the discovery knew, the rest unset (all keys present)."""
+    """A new managed-vendor record: what the discovery knew, the rest unset.
+
+    Every key is present except ``linkedTaskTrackerTaskProcurementRequest``, which the
+    specification sends only when a procurement request is linked (never as ``null``); a new
+    vendor has none linked, so the key is left out.
+    """
     hq = _HEADQUARTERS[sum(map(ord, discovered["id"])) % len(_HEADQUARTERS)]
     return {
         "id": vendor_id,
@@ -545,5 +550,4 @@ def _managed_vendor(vendor_id: str, discovered: dict[str, Any]) -> dict[str, Any
         "contractAmount": {"amount": 0, "currency": "USD"},
         "customFields": [],
         "latestDecision": None,
-        "linkedTaskTrackerTaskProcurementRequest": None,
     }

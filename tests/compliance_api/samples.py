@@ -199,6 +199,11 @@ VENDOR_NULLS = {
     "linkedTaskTrackerTaskProcurementRequest": None,
 }
 
+#: compliance-api.md: the procurement-request link is present only when one is linked
+VENDOR_UNLINKED = {
+    key: value for key, value in VENDOR.items() if key != "linkedTaskTrackerTaskProcurementRequest"
+} | {"id": "vendor-3"}
+
 DOCUMENT_LINK = {
     "id": "link-1",
     "creationDate": "2025-03-01T00:00:00Z",
@@ -276,10 +281,11 @@ RESPONSES: dict[str, Any] = {
     "get_customer_trust_tag_categories_tagCategoryId": TAG_CATEGORY,
 }
 
-#: more bodies for the same schemas, exercising the null branches
+#: more bodies for the same schemas, exercising the null branches and optional fields
 MORE_RESPONSES: list[tuple[str, Any]] = [
     ("patch_customer_trust_accounts_accountId", ACCOUNT_NULLS),
     ("post_discovered_vendors_discoveredVendorId_add_to_managed", VENDOR_NULLS),
+    ("post_discovered_vendors_discoveredVendorId_add_to_managed", VENDOR_UNLINKED),
     ("patch_customer_trust_questionnaires_questionnaireId", QUESTIONNAIRE_MINIMAL),
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import typing
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
@@ -116,6 +117,16 @@ def test_parsed_values_are_typed() -> None:
     results = ResultsEnvelope[GroupUpdateResult].model_validate(samples.GROUP_RESULTS).results
     assert [r.ok for r in results] == [True, False]
     assert results[1].message == "person person-2 not found"
+
+
+def test_vendor_procurement_link_may_be_filled_null_or_absent() -> None:
+    linked = Vendor.model_validate(samples.VENDOR).linked_task_tracker_task_procurement_request
+    assert linked is not None and (linked.service, linked.url) == (
+        "jira",
+        "https://jira.example.test/P-1",
+    )
+    for body in (samples.VENDOR_NULLS, samples.VENDOR_UNLINKED):
+        assert Vendor.model_validate(body).linked_task_tracker_task_procurement_request is None
 
 
 def test_knowledge_base_page_without_cursors_parses() -> None:
@@ -349,13 +360,13 @@ def test_filters_encode_repeated_arrays_and_json_tags() -> None:
         "matchesTags",
         '[{"categoryId":"c1","tagId":"t1"},{"categoryId":"c2","tagId":"t2"}]',
     ) in params
-    # a naive timestamp is taken as UTC and sent with its offset
-    assert ("lastUpdatedAfter", "2025-01-01T00:00:00+00:00") in params
+    # a naive timestamp is taken as UTC and sent the service's way (milliseconds, Z)
+    assert ("lastUpdatedAfter", "2025-01-01T00:00:00.000Z") in params
     assert ("q", "soc") in params
 
 
 # ---------------------------------------------------------------------------------------------
-# Datetimes in request bodies: always with an offset, formatted like the query parameters
+# Datetimes in request bodies: UTC, milliseconds and Z, formatted like the query parameters
 # ---------------------------------------------------------------------------------------------
 
 NAIVE = datetime(2026, 1, 2, 3, 4, 5)
@@ -406,12 +417,12 @@ def test_the_known_request_datetime_fields_are_all_checked() -> None:
     request_datetime_fields(),
     ids=lambda item: getattr(item, "__name__", item),
 )
-def test_a_naive_request_datetime_is_sent_as_utc_with_an_offset(
+def test_a_naive_request_datetime_is_sent_as_utc_with_z(
     model: type[models.RequestModel], field: str
 ) -> None:
     request = model(**MINIMAL_REQUESTS[model.__name__], **{field: NAIVE})
     wire_name = model.model_fields[field].alias or field
-    expected = "2026-01-02T03:04:05+00:00"
+    expected = "2026-01-02T03:04:05.000Z"
     assert request.to_wire()[wire_name] == expected
     assert json.loads(request.to_wire_json())[wire_name] == expected
     assert expected == iso_timestamp(NAIVE)  # the same text as the query parameters
@@ -430,19 +441,52 @@ def test_a_naive_request_datetime_is_sent_as_utc_with_an_offset(
     ],
     ids=["questionnaire-due-date", "document-link-effective-date"],
 )
-def test_an_aware_request_datetime_keeps_its_instant(build: Any, wire_name: str) -> None:
+def test_an_aware_request_datetime_keeps_its_instant_in_utc(build: Any, wire_name: str) -> None:
     sent = build(PLUS_TWO).to_wire()[wire_name]
-    assert sent == iso_timestamp(PLUS_TWO) == "2026-01-02T05:04:05+02:00"
+    assert sent == iso_timestamp(PLUS_TWO) == "2026-01-02T03:04:05.000Z"
     assert datetime.fromisoformat(sent) == PLUS_TWO
-    as_utc = build(PLUS_TWO.astimezone(UTC)).to_wire()[wire_name]
-    assert as_utc == "2026-01-02T03:04:05+00:00"
+    assert build(PLUS_TWO.astimezone(UTC)).to_wire()[wire_name] == sent
 
 
-def test_a_datetime_set_after_construction_is_sent_with_an_offset() -> None:
+def test_a_datetime_set_after_construction_is_sent_as_utc_with_z() -> None:
     update = QuestionnaireUpdate()
     update.due_date = NAIVE
-    assert update.to_wire() == {"dueDate": "2026-01-02T03:04:05+00:00"}
+    assert update.to_wire() == {"dueDate": "2026-01-02T03:04:05.000Z"}
     assert QuestionnaireUpdate(due_date=None).to_wire() == {"dueDate": None}
+
+
+#: the form of every published example, and of the timestamps the sandbox writes
+SERVICE_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+
+
+@pytest.mark.parametrize(
+    ("moment", "expected"),
+    [
+        (datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC), "2026-01-02T03:04:05.123Z"),
+        (datetime(2026, 1, 2, 3, 4, 5, 123999), "2026-01-02T03:04:05.123Z"),  # naive; floored
+        (datetime(2026, 1, 2, 3, 4, 5, 999, tzinfo=UTC), "2026-01-02T03:04:05.000Z"),
+        (PLUS_TWO.replace(microsecond=7000), "2026-01-02T03:04:05.007Z"),
+        # an offset with seconds, which RFC 3339 cannot write: the same instant, in UTC
+        (
+            datetime(2026, 1, 2, 0, 0, 30, tzinfo=timezone(timedelta(seconds=30))),
+            "2026-01-02T00:00:00.000Z",
+        ),
+        # back across midnight and the year
+        (
+            datetime(2026, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+            "2025-12-31T19:30:00.000Z",
+        ),
+    ],
+)
+def test_iso_timestamp_is_utc_milliseconds_and_z(moment: datetime, expected: str) -> None:
+    assert iso_timestamp(moment) == expected
+    assert SERVICE_TIMESTAMP.fullmatch(expected)
+
+
+def test_iso_timestamp_floors_so_an_inclusive_lower_bound_never_skips_the_instant() -> None:
+    moment = datetime(2026, 1, 2, 3, 4, 5, 123999, tzinfo=UTC)
+    sent = datetime.fromisoformat(iso_timestamp(moment))
+    assert sent <= moment and moment - sent < timedelta(milliseconds=1)
 
 
 @pytest.mark.parametrize(

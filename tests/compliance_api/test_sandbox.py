@@ -7,7 +7,7 @@ Counts come from ``/_sandbox/stats``, never from timing.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -123,6 +123,37 @@ async def test_filters_reach_the_service(client: ComplianceClient, seed: dict[st
     files = [item async for item in client.iter_knowledge_base_resources(filters)]
     assert files, "the seeded data has tagged files"
     assert all(item.type == "FILE" and tag in item.tags for item in files)
+
+
+async def test_timestamps_the_client_sends_are_accepted_and_mean_their_instant(
+    client: ComplianceClient, seed: dict[str, Any]
+) -> None:
+    """UTC, milliseconds, ``Z`` in query filters and bodies; sub-milliseconds are floored."""
+    events = [item async for item in client.iter_event_logs(page_size=100)]
+    pivot = events[len(events) // 2]
+    at = [e.id async for e in client.iter_event_logs(start_date=pivot.date, page_size=100)]
+    assert at == [e.id for e in events if e.date >= pivot.date] and at[0] == pivot.id
+    # an inclusive lower bound between two milliseconds reads from the earlier one (never less)
+    between = pivot.date + timedelta(microseconds=500)
+    floored = [e.id async for e in client.iter_event_logs(start_date=between, page_size=100)]
+    assert floored == at
+
+    resources = [item async for item in client.iter_knowledge_base_resources()]
+    stamp = sorted(item.last_updated for item in resources if item.last_updated)[0]
+    exact = KnowledgeBaseFilter(last_updated_after=stamp, last_updated_before=stamp)
+    found = [item async for item in client.iter_knowledge_base_resources(exact)]
+    assert found and {item.last_updated for item in found} == {stamp}
+
+    due = datetime(2030, 1, 2, 5, 4, 5, 678901, tzinfo=timezone(timedelta(hours=2)))
+    updated = await client.update_questionnaire(
+        seed["questionnaires"][0], QuestionnaireUpdate(due_date=due)
+    )
+    assert updated.due_date == datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    link = await client.create_document_link(
+        seed["documents"][0],
+        DocumentLinkCreate(url="https://evidence.test/t", title="T", effective_date=due),
+    )
+    assert link.effective_date == updated.due_date
 
 
 async def test_every_write(

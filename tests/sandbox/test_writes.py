@@ -348,6 +348,13 @@ def test_add_to_managed_is_idempotent_and_returns_the_same_vendor(env: Env, api:
     assert {"id": first["id"], "type": "Vendor"} in events[0]["targets"]
 
 
+def test_managed_vendor_leaves_out_an_unlinked_procurement_request(env: Env, api: Api) -> None:
+    """compliance-api.md: the link is "present only when a procurement request is linked"."""
+    vendor = api.ok(MANAGED, {"discoveredVendorId": env.seed["discovered_vendors"][0]})
+    assert "linkedTaskTrackerTaskProcurementRequest" not in vendor
+    assert "latestDecision" in vendor and vendor["latestDecision"] is None  # the rest all present
+
+
 def test_document_link_is_created_with_201(env: Env, api: Api) -> None:
     document = env.seed["documents"][0]
     body = {"url": "https://evidence.example.com/a", "title": "Evidence A"}
