@@ -3,8 +3,10 @@
 One pooled ``httpx.AsyncClient`` serves every call. Bearer tokens come from a
 :class:`~compliance_api.auth.TokenProvider`; on a 401 the client asks it to replace exactly the
 token that failed and resends once. Transient failures are retried with tenacity, but only
-where a repeat cannot double-apply (see :mod:`compliance_api.retry`). Errors are the package's
-own (:mod:`compliance_api.errors`) and never carry a secret or an httpx object.
+where a repeat cannot double-apply (see :mod:`compliance_api.retry`); these are a call's only
+retries, from plain Python and inside a flow run alike, so one call is sent at most
+``max_retries + 1`` times. Errors are the package's own (:mod:`compliance_api.errors`) and never
+carry a secret or an httpx object.
 
 Usable from plain Python::
 
@@ -16,7 +18,7 @@ Usable from plain Python::
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -124,9 +126,18 @@ class ComplianceClient:
     def from_settings(
         cls, settings: Settings, token_provider: TokenProvider, **kwargs: Any
     ) -> ComplianceClient:
-        """Wire base URL (gov tier included), timeout and retries from ``COMPLIANCE_*``."""
+        """Wire base URL (gov tier included), timeout and retries from ``COMPLIANCE_*``.
+
+        ``max_retries`` or ``retry_policy`` in ``kwargs`` take precedence over the settings.
+        """
         kwargs.setdefault("timeout", settings.http_timeout_seconds)
-        kwargs.setdefault("max_retries", settings.max_retries)
+        if kwargs.get("retry_policy") is None:
+            max_retries = kwargs.pop("max_retries", settings.max_retries)
+            kwargs["retry_policy"] = replace(
+                RetryPolicy.from_max_retries(max_retries),
+                max_wait=settings.retry_max_wait_seconds,
+                max_retry_after=settings.retry_after_max_seconds,
+            )
         return cls(settings.api_base_url, token_provider, **kwargs)
 
     @property
@@ -336,11 +347,12 @@ class ComplianceClient:
     async def create_document_link(
         self, document_id: str, link: DocumentLinkCreate | Mapping[str, Any]
     ) -> DocumentLink:
-        """Attach a link; not idempotent, so it is resent only if it provably never left."""
+        """Attach a link; not idempotent, so it is resent only if it provably was not applied
+        (a 429, or a request that never left this machine), never after a 5xx or a lost answer."""
         path = f"/v1/documents/{_segment('document_id', document_id)}/links"
         body = coerce_request(DocumentLinkCreate, link).to_wire_json()
         response = await self._call(
-            "create_document_link", "POST", path, content=body, mode=RetryMode.UNSENT_ONLY
+            "create_document_link", "POST", path, content=body, mode=RetryMode.UNAPPLIED_ONLY
         )
         return _parse(DocumentLink, response, "create_document_link")
 

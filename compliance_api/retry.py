@@ -1,8 +1,11 @@
 """When and how long the data client waits before trying a call again (declared, via tenacity).
 
-Only failures that cannot double-apply a write are retried: a read, a PATCH, approve,
-add-to-managed and add-people (set semantics) may be repeated after any transient failure;
-creating a document link only when the request provably never left this machine.
+These are the only retries of a data call, also inside a flow run (``runtime/retries.py``
+says why): one call is sent at most ``max_attempts`` times (``COMPLIANCE_MAX_RETRIES`` + 1),
+whoever calls it. Only failures that cannot double-apply a write are retried: a read, a PATCH,
+approve, add-to-managed and add-people (set semantics) may be repeated after any transient
+failure; creating a document link only when it provably was not applied (a 429, or a request
+that never left this machine).
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ class RetryMode(Enum):
 
     #: repeating the request cannot change the outcome (reads, PATCH, set-like writes)
     IDEMPOTENT = "idempotent"
-    #: a repeat could create a duplicate: retry only if the first request never left
-    UNSENT_ONLY = "unsent_only"
+    #: a repeat could create a duplicate: retry only if the first request provably was not
+    #: applied (a 429 is a refusal before any work; a request that never left this machine)
+    UNAPPLIED_ONLY = "unapplied_only"
 
 
 @dataclass(frozen=True)
@@ -75,14 +79,20 @@ class RetryNotice:
 
 
 def is_retryable(error: BaseException, mode: RetryMode, operation: str) -> bool:
-    """Transient failures of *this* operation (a token-provider error is not ours to retry)."""
+    """Transient failures of *this* operation (a token-provider error is not ours to retry).
+
+    A 5xx or a lost answer may hide a create that was applied, so ``UNAPPLIED_ONLY`` leaves
+    those to the caller; a 429 and a request that never left are safe to send again.
+    """
     if not isinstance(error, APIError) or error.operation != operation:
         return False
+    if isinstance(error, RateLimitedError):
+        return True
     if isinstance(error, TransportError):
         return mode is RetryMode.IDEMPOTENT or not error.request_sent
-    if mode is RetryMode.UNSENT_ONLY:
+    if mode is RetryMode.UNAPPLIED_ONLY:
         return False
-    return isinstance(error, ServerError | RateLimitedError)
+    return isinstance(error, ServerError)
 
 
 class _Wait:

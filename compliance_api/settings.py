@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     state_dir: Path = Path.home() / ".compliance-flows"
     http_timeout_seconds: float = Field(default=30.0, gt=0)
     max_retries: int = Field(default=5, ge=0, le=20)
+    #: the longest backoff between two attempts (it starts at 0.5 s and doubles, full jitter)
+    retry_max_wait_seconds: float = Field(default=30.0, ge=0, le=300)
+    #: the longest ``Retry-After`` of a 429 the client waits for before sending again
+    retry_after_max_seconds: float = Field(default=60.0, ge=0, le=600)
     token_rate_limit_name: str = "compliance-token-endpoint"  # noqa: S105 - a name
 
     @field_validator("scopes", mode="before")

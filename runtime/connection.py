@@ -15,6 +15,9 @@ Backend rule:
 Settings come from ``runtime.credentials.load_run_settings()``: the credentials block that
 ``COMPLIANCE_CREDENTIALS_BLOCK`` names (read once per process) over the environment, or the
 environment alone.
+
+The client's own retries are the only retries of a call inside a flow run (``runtime/retries.py``
+says why); each one is logged on the run that makes the call.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from compliance_api.tokens.limiter import RateLimiter
 from compliance_api.tokens.lock import TokenLock
 from compliance_api.tokens.store import TokenStore
 from runtime.credentials import forget_credentials, load_run_settings, run_settings
+from runtime.retries import log_client_retry
 from runtime.token_backends import (
     PrefectRateLimiter,
     PrefectTokenLock,
@@ -115,5 +119,8 @@ async def compliance_client(settings: Settings | None = None) -> AsyncIterator[C
     """A ``ComplianceClient`` using the shared token; by default the run's settings (the
     credentials block COMPLIANCE_CREDENTIALS_BLOCK names, or the environment)."""
     settings = settings or await load_run_settings()
-    async with ComplianceClient.from_settings(settings, shared_broker(settings)) as client:
+    on_retry = log_client_retry(settings.max_retries + 1)
+    async with ComplianceClient.from_settings(
+        settings, shared_broker(settings), on_retry=on_retry
+    ) as client:
         yield client

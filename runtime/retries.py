@@ -1,79 +1,57 @@
-"""Which task failures Prefect retries, and how long it waits: declared once, used by every task.
+"""Who retries a Compliance API call inside a flow run: the data client, and nothing on top.
 
-The data client already retries quick blips inside one task run; these task-level retries ride
-out longer trouble (a deploy of the service, a rate-limit window) and show up in the UI as
-"Retrying" task runs. Only transient errors are retried: a 404 or 403 will not change by asking
-again, and a write that may have been applied must never be sent blindly a second time.
+One layer, with a bounded total. The client's own retries (``compliance_api/retry.py``) send
+one call at most ``COMPLIANCE_MAX_RETRIES`` + 1 times (6 by default). They are the layer because
+they know what a Prefect task retry cannot: a 429's ``Retry-After``, backoff with jitter, and
+which writes are safe to send again (a document link only when provably unapplied: a 429, or a
+request that never left); they also work the same from plain Python. So the tasks that wrap an
+API call declare ``retries=0``: task retries on top would multiply the sends (4 task attempts of
+6 sends each were 24 sends of one chunk under a persistent 503). Trouble that outlasts those
+attempts is not ridden out inside the run: its items end ``failed_retryable``, and the automatic
+rerun of failed items sends them again later, as a new run. Each client retry is logged on the
+task run (a warning), so it still shows in the UI.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from prefect.cache_policies import NONE
-from prefect.tasks import exponential_backoff
+from prefect.exceptions import MissingContextError
+from prefect.logging import get_run_logger
 
-from compliance_api.errors import RateLimitedError, ServerError, TransportError
+from compliance_api.retry import RetryNotice
 
-#: retries after the first attempt, for every write task
-WRITE_RETRIES = 3
-#: waits of 5, 10, 20 seconds (before jitter)
-WRITE_RETRY_DELAYS = exponential_backoff(backoff_factor=5)(WRITE_RETRIES)
-#: each wait is spread by up to +/-50% so parallel items do not retry in lockstep
-RETRY_JITTER = 0.5
-
-#: reads are cheap and idempotent: retry a little more eagerly
-READ_RETRIES = 3
-READ_RETRY_DELAYS = exponential_backoff(backoff_factor=2)(READ_RETRIES)
-
-
-def _error_of(state: Any) -> BaseException | None:
-    """The exception a failed task run raised (Prefect keeps it as the state's data)."""
-    data = getattr(state, "data", None)
-    return data if isinstance(data, BaseException) else None
-
-
-def is_transient(error: BaseException | None) -> bool:
-    """Errors that a later attempt can cure: 5xx, 429 and lost connections."""
-    return isinstance(error, ServerError | RateLimitedError | TransportError)
-
-
-def is_provably_unapplied(error: BaseException | None) -> bool:
-    """Errors after which a create provably did not happen, so it is safe to send again.
-
-    A 429 is a refusal before any work; a transport error counts only when the request never
-    left this machine. A 5xx or a lost response may hide a link that was created.
-    """
-    if isinstance(error, RateLimitedError):
-        return True
-    return isinstance(error, TransportError) and not error.request_sent
-
-
-def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
-    """``retry_condition_fn`` of idempotent operations (PATCH, add-to-managed, add-people)."""
-    return is_transient(_error_of(state))
-
-
-def retry_if_unapplied(task: Any, task_run: Any, state: Any) -> bool:
-    """``retry_condition_fn`` of creates (document links): never risk a duplicate."""
-    return is_provably_unapplied(_error_of(state))
-
-
-#: ``@task(**IDEMPOTENT_WRITE)``: writes that are safe to repeat (PATCH, add-to-managed, add-people)
-IDEMPOTENT_WRITE: dict[str, Any] = {
-    "retries": WRITE_RETRIES,
-    "retry_delay_seconds": WRITE_RETRY_DELAYS,
-    "retry_jitter_factor": RETRY_JITTER,
-    "retry_condition_fn": retry_transient,
+#: ``@task(**API_CALL)``: a task that makes Compliance API calls through the shared client.
+#: ``retries=0`` is explicit, so a ``PREFECT_TASK_DEFAULT_RETRIES`` cannot add a second layer.
+API_CALL: dict[str, Any] = {
+    "retries": 0,
     # nothing cached or stored: a write must run each time, and its result stays in memory
     "cache_policy": NONE,
     "persist_result": False,
 }
-#: ``@task(**CREATE_ONCE)``: creates, retried only when the request provably never arrived
-CREATE_ONCE: dict[str, Any] = {**IDEMPOTENT_WRITE, "retry_condition_fn": retry_if_unapplied}
-#: ``@task(**READ)``: cheap idempotent reads
-READ: dict[str, Any] = {
-    **IDEMPOTENT_WRITE,
-    "retries": READ_RETRIES,
-    "retry_delay_seconds": READ_RETRY_DELAYS,
-}
+
+_fallback_logger = logging.getLogger("compliance_flows.retries")
+
+
+def log_client_retry(max_attempts: int) -> Callable[[RetryNotice], None]:
+    """The client's ``on_retry``: a warning in the log of the task (or flow) run making the
+    call, or in this module's logger outside a run. The error never carries a secret."""
+
+    def log(notice: RetryNotice) -> None:
+        try:
+            logger: logging.Logger | logging.LoggerAdapter[Any] = get_run_logger()
+        except MissingContextError:
+            logger = _fallback_logger
+        logger.warning(
+            "Retrying %s in %.1f s (attempt %d of %d failed: %s)",
+            notice.operation,
+            notice.wait_seconds,
+            notice.attempt,
+            max_attempts,
+            notice.error,
+        )
+
+    return log

@@ -11,12 +11,12 @@ from compliance_api.models import (
     TagCategory,
     TagCategoryDetail,
 )
-from runtime.retries import IDEMPOTENT_WRITE, READ
+from runtime.retries import API_CALL
 
 
 @task(
     name="List tag categories",
-    **READ,
+    **API_CALL,
 )
 async def list_tag_categories(client: ComplianceClient) -> list[TagCategory]:
     """Every tag category of the tenant (one unpaginated call)."""
@@ -26,7 +26,7 @@ async def list_tag_categories(client: ComplianceClient) -> list[TagCategory]:
 @task(
     name="Read tag category",
     task_run_name="read-tag-category-{tag_category_id}",
-    **READ,
+    **API_CALL,
 )
 async def read_tag_category(client: ComplianceClient, tag_category_id: str) -> TagCategoryDetail:
     """One category with its tags, to check tag ids before any write."""
@@ -36,7 +36,7 @@ async def read_tag_category(client: ComplianceClient, tag_category_id: str) -> T
 @task(
     name="Update account tags",
     task_run_name="update-account-{account_id}",
-    **IDEMPOTENT_WRITE,
+    **API_CALL,
 )
 async def update_account(
     client: ComplianceClient, account_id: str, update: AccountUpdate

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from prefect import task
-from prefect.cache_policies import NONE
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import PackageVulnerability, UserSecurityTrainingStatus
+from runtime.retries import API_CALL
 
 
-@task(name="Read package vulnerabilities", cache_policy=NONE)
+@task(name="Read package vulnerabilities", **API_CALL)
 async def read_package_vulnerabilities(
     client: ComplianceClient, resource_id: str
 ) -> list[PackageVulnerability]:
     return await client.list_package_vulnerabilities(resource_id)
 
 
-@task(name="Read security-training statuses", cache_policy=NONE)
+@task(name="Read security-training statuses", **API_CALL)
 async def read_security_training(
     client: ComplianceClient, resource_id: str
 ) -> list[UserSecurityTrainingStatus]:

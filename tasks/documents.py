@@ -6,13 +6,13 @@ from prefect import task
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import DocumentLink, DocumentLinkCreate
-from runtime.retries import CREATE_ONCE
+from runtime.retries import API_CALL
 
 
 @task(
     name="Attach document link",
     task_run_name="attach-link-to-{document_id}",
-    **CREATE_ONCE,
+    **API_CALL,
 )
 async def create_document_link(
     client: ComplianceClient, document_id: str, link: DocumentLinkCreate

@@ -18,6 +18,7 @@ from audit_log.jsonl_export import DayFileExport, ExportCheckpoint
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InvalidRequestError
 from compliance_api.models import EventLogEntry, Page
+from runtime.retries import API_CALL
 
 
 @dataclass
@@ -27,13 +28,14 @@ class FetchedPage:
     by_cursor: bool
 
 
-@task(name="Read a page of the audit log", cache_policy=NONE)
+@task(name="Read a page of the audit log", **API_CALL)
 async def read_event_log_page(
     client: ComplianceClient, checkpoint: EventLogCheckpoint, page_size: int
 ) -> FetchedPage:
     """GET /v1/event-logs after the checkpoint.
 
-    The client retries transient failures itself (an idempotent GET), so no task retries here.
+    The client retries transient failures itself (an idempotent GET), the only retry layer
+    (``runtime/retries.py``), so no task retries here.
     """
     if checkpoint.cursor is not None:
         try:

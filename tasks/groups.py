@@ -10,7 +10,7 @@ import anyio
 from prefect import task
 
 from compliance_api.client import ComplianceClient
-from runtime.retries import IDEMPOTENT_WRITE
+from runtime.retries import API_CALL
 
 #: one person's answer: (person id, status, the service's message or None)
 PersonAnswer: TypeAlias = tuple[str, str, str | None]
@@ -37,7 +37,7 @@ class ChunkAnswers:
 @task(
     name="Add people to group",
     task_run_name="add-{chunk_label}-to-{group_id}",
-    **IDEMPOTENT_WRITE,
+    **API_CALL,
 )
 async def add_people_to_group(
     client: ComplianceClient,
@@ -48,13 +48,18 @@ async def add_people_to_group(
 ) -> ChunkAnswers:
     """Add up to 100 people in one call; adding is a set operation, so a retry is harmless.
 
+    The client's retries are the only ones (at most 6 sends of the chunk, ``runtime/retries.py``);
+    this task adds none.
+
     Per-person failures come back as ERROR answers, not as an exception. The answers are plain
     tuples, in request order, in one :class:`ChunkAnswers`: a bulk run makes hundreds of these
     task runs, and Prefect inspects every argument and return value. Callers pass
     ``unwalked(person_ids)`` for the same reason.
 
     ``call_slots`` caps the calls in flight across task runs and is held around the call only,
-    so Prefect's bookkeeping of this run (and any retry wait) does not keep a call slot busy.
+    so Prefect's bookkeeping of this run does not keep a call slot busy. The client's retry
+    waits are part of the call: a chunk backing off holds its slot, so a struggling service
+    gets no more calls at once than ``concurrency``.
     """
     async with call_slots if call_slots is not None else nullcontext():
         results = await client.add_people_to_group(group_id, list(person_ids))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prefect import task
-from prefect.cache_policies import NONE
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import (
@@ -13,16 +12,17 @@ from compliance_api.models import (
     KnowledgeBaseResource,
     Page,
 )
+from runtime.retries import API_CALL
 
 
-@task(name="Read a page of knowledge-base resources", cache_policy=NONE)
+@task(name="Read a page of knowledge-base resources", **API_CALL)
 async def read_resources_page(
     client: ComplianceClient, filters: KnowledgeBaseFilter, page_size: int, cursor: str | None
 ) -> Page[KnowledgeBaseResource]:
     return await client.list_knowledge_base_resources_page(filters, page_size, cursor)
 
 
-@task(name="Read a page of the answer library", cache_policy=NONE)
+@task(name="Read a page of the answer library", **API_CALL)
 async def read_answers_page(
     client: ComplianceClient, filters: AnswerLibraryFilter, page_size: int, cursor: str | None
 ) -> Page[AnswerLibraryEntry]:

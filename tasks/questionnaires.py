@@ -6,13 +6,13 @@ from prefect import task
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import Questionnaire, QuestionnaireUpdate
-from runtime.retries import IDEMPOTENT_WRITE
+from runtime.retries import API_CALL
 
 
 @task(
     name="Update questionnaire",
     task_run_name="update-{questionnaire_id}-{step}",
-    **IDEMPOTENT_WRITE,
+    **API_CALL,
 )
 async def update_questionnaire(
     client: ComplianceClient, questionnaire_id: str, update: QuestionnaireUpdate, step: str
@@ -24,7 +24,7 @@ async def update_questionnaire(
 @task(
     name="Approve questionnaire",
     task_run_name="approve-{questionnaire_id}",
-    **IDEMPOTENT_WRITE,
+    **API_CALL,
 )
 async def approve_questionnaire(
     client: ComplianceClient, questionnaire_id: str, status_change_message: str | None

@@ -6,13 +6,13 @@ from prefect import task
 
 from compliance_api.client import ComplianceClient
 from compliance_api.models import Vendor
-from runtime.retries import IDEMPOTENT_WRITE
+from runtime.retries import API_CALL
 
 
 @task(
     name="Promote discovered vendor",
     task_run_name="promote-{discovered_vendor_id}",
-    **IDEMPOTENT_WRITE,
+    **API_CALL,
 )
 async def promote_discovered_vendor(client: ComplianceClient, discovered_vendor_id: str) -> Vendor:
     """Add a discovered vendor to the managed vendors (repeating it returns the same vendor)."""

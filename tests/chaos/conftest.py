@@ -9,9 +9,9 @@ Selection: every test here is marked ``chaos``. The fast ones run in the default
 (``make test``); the slow ones are also marked ``slow`` and run only with
 ``CHAOS_FULL=1 uv run --no-sync pytest -m chaos``.
 
-Task retry waits are set to zero (the declared counts and conditions stay), and the data
-client's own retries are off (``COMPLIANCE_MAX_RETRIES=0``) unless a scenario turns them on,
-so faults reach the Prefect task retries under test.
+The data client's retry waits are set to zero (a ``Retry-After`` is capped at 0.05 s); their
+count and conditions stay as in production, since they are the only retries of a call in a
+flow run (the tasks declare none), so faults reach the one retry layer under test.
 """
 
 from __future__ import annotations

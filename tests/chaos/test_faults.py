@@ -149,19 +149,17 @@ async def test_token_budget_spent_by_another_client_waits_for_retry_after(
 
 
 async def test_token_endpoint_down_for_the_whole_run_is_reported_and_rerunnable(
-    chaos_env: SandboxHandle, seed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    chaos_env: SandboxHandle, seed: dict[str, Any]
 ) -> None:
     """No token at all: nothing is sent, every person is reported failed_retryable with the
     reason, and the rerun of the failed items (endpoint back) adds each person once."""
     from compliance_api.tokens.broker import BrokerPolicy
     from runtime.connection import shared_broker
-    from tasks import groups
 
     # the same retry rules, fewer and shorter (the outage answers Retry-After: 1 each time)
     shared_broker().policy = BrokerPolicy(
         token_call_attempts=2, retry_initial_seconds=0.01, retry_max_seconds=0.02
     )
-    monkeypatch.setattr(groups.add_people_to_group, "retries", 1)
     control = chaos_env.control
     control.token_outage(status=503)  # until ended
     group, people = seed["groups"][2], seed["people"][:100]

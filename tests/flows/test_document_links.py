@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from compliance_api.errors import InputError
+from compliance_api.errors import InputError, RateLimitedError
+from compliance_api.retry import RetryNotice
 from flows.document_links import attach_document_links
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle
-from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.flows import RETRY_AFTER_CAP_SECONDS, run_flow, run_id
 from tests.fixtures.runs import api_calls
 from write_engine.outcomes import Outcome
 
@@ -74,13 +75,20 @@ async def test_ambiguous_failure_is_for_review_and_not_resent(
 
 
 async def test_rate_limited_create_is_retried(
-    flows_env: SandboxHandle, seed: dict[str, Any]
+    flows_env: SandboxHandle, seed: dict[str, Any], client_retries: list[RetryNotice]
 ) -> None:
+    """A 429 applied nothing, so the client sends the create again, after the Retry-After."""
     flows_env.control.set_fault(route=ROUTE, status=429, count=2)
     state, summary = await run_flow(attach_document_links, links=manifest(seed, 1))
     assert state.is_completed() and summary.counts == {Outcome.SUCCEEDED: 1}
     assert api_calls(flows_env)[ROUTE] == 3
     assert sum(link_writes(flows_env).values()) == 1
+    # the sandbox says Retry-After: 1; the tests cap it (the backoff alone would be 0 here)
+    assert [(n.attempt, n.wait_seconds) for n in client_retries] == [
+        (1, RETRY_AFTER_CAP_SECONDS),
+        (2, RETRY_AFTER_CAP_SECONDS),
+    ]
+    assert all(isinstance(n.error, RateLimitedError) for n in client_retries)
 
 
 async def test_refused_link_fails_and_can_be_sent_later(

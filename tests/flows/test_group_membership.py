@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from compliance_api.errors import InputError
+from compliance_api.errors import InputError, ServerError
+from compliance_api.retry import RetryNotice
 from flows.group_membership import add_people_to_groups
 from flows.rerun import rerun_failed_items
 from runtime.connection import forget_brokers
 from sandbox.runner import SandboxHandle, run_sandbox_in_thread
-from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.flows import MAX_SENDS, run_flow, run_id
 from tests.fixtures.runs import api_calls, results_table
 from write_engine.outcomes import Outcome
 
@@ -90,7 +91,7 @@ async def test_bad_input_and_dry_run_make_no_call(
 
 
 async def test_transient_chunk_failures_are_retried(
-    flows_env: SandboxHandle, seed: dict[str, Any]
+    flows_env: SandboxHandle, seed: dict[str, Any], client_retries: list[RetryNotice]
 ) -> None:
     flows_env.control.set_fault(route=ROUTE, status=503, count=2)
     state, summary = await run_flow(
@@ -98,13 +99,39 @@ async def test_transient_chunk_failures_are_retried(
     )
     assert state.is_completed() and summary.counts == {Outcome.SUCCEEDED: 10}
     assert api_calls(flows_env)[ROUTE] == 3
+    # recovered by the client's retries, the one layer (logged on the task run)
+    assert [(n.operation, n.attempt) for n in client_retries] == [
+        ("add_people_to_group", 1),
+        ("add_people_to_group", 2),
+    ]
+    assert all(isinstance(n.error, ServerError) for n in client_retries)
+
+
+async def test_a_persistent_5xx_sends_one_chunk_at_most_six_times(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    """One retry layer with a bounded total: the client's 6 sends of the chunk, and no task
+    retries on top (stacked, 4 task attempts of 6 sends each sent it 24 times)."""
+    group, people = seed["groups"][0], seed["people"][:5]
+    flows_env.control.set_fault(route=ROUTE, status=503, error_rate=1.0)
+    state, summary = await run_flow(add_people_to_groups, group_ids=[group], person_ids=people)
+    assert api_calls(flows_env)[ROUTE] == MAX_SENDS == 6
+    assert state.is_failed() and summary.counts == {Outcome.FAILED_RETRYABLE: len(people)}
+    rerunnable = {f.rerun_input["person_id"] for f in summary.failed_items if f.rerun_input}
+    assert rerunnable == set(people)
+    assert all("503" in f.reason for f in summary.failed_items)
+    flows_env.control.clear_faults()
+    rerun, rerun_summary = await run_flow(rerun_failed_items, flow_run_id=run_id(state))
+    assert rerun.is_completed() and rerun_summary.counts == {Outcome.SUCCEEDED: len(people)}
+    assert api_calls(flows_env)[ROUTE] == MAX_SENDS + 1
+    assert flows_env.control.stats()["group_add_counts"][group] == dict.fromkeys(people, 1)
 
 
 async def test_failed_chunk_is_retryable_and_rerun_applies_each_person_once(
     flows_env: SandboxHandle, seed: dict[str, Any]
 ) -> None:
     group, people = seed["groups"][0], seed["people"][:130]
-    # the first chunk goes through; every later call fails (so the second chunk does, 4 times)
+    # the first chunk goes through; every later call fails (so the second chunk does, 6 times)
     first, summary = await run_flow(
         add_people_to_groups, group_ids=[group], person_ids=people[:100], concurrency=1
     )
@@ -115,6 +142,7 @@ async def test_failed_chunk_is_retryable_and_rerun_applies_each_person_once(
     )
     assert failed_run.is_failed() and summary.counts == {Outcome.FAILED_RETRYABLE: 30}
     assert "after retries" in summary.failed_items[0].reason
+    assert api_calls(flows_env)[ROUTE] == 1 + MAX_SENDS
     flows_env.control.clear_faults()
     rerun, rerun_summary = await run_flow(rerun_failed_items, flow_run_id=run_id(failed_run))
     assert rerun.is_completed() and rerun_summary.counts == {Outcome.SUCCEEDED: 30}

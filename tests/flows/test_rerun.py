@@ -13,7 +13,7 @@ from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from runtime.connection import shared_broker
 from sandbox.runner import SandboxHandle
-from tests.fixtures.flows import run_flow, run_id
+from tests.fixtures.flows import MAX_SENDS, run_flow, run_id
 from tests.fixtures.runs import artifacts_of, results_table
 from write_engine import reporting
 
@@ -104,9 +104,9 @@ async def test_retryable_only_sends_transient_failures_and_carries_the_rest(
     events: list[dict[str, Any]] = []
     monkeypatch.setattr(reporting, "emit_event", lambda **kw: events.append(kw))
     vendor = seed["discovered_vendors"][0]
-    # one call at a time: the first vendor's four attempts (no client retries, three task
-    # retries) meet the four 503s; the unknown vendor then gets its 404
-    flows_env.control.set_fault(ROUTE, error_rate=1.0, status=503, count=4)
+    # one call at a time: the first vendor's six sends (the client's bound, the only retry
+    # layer) meet the six 503s; the unknown vendor then gets its 404
+    flows_env.control.set_fault(ROUTE, error_rate=1.0, status=503, count=MAX_SENDS)
     first, summary = await run_flow(
         promote_discovered_vendors, discovered_vendor_ids=[vendor, "missing"], concurrency=1
     )

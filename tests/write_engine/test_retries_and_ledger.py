@@ -1,11 +1,14 @@
-"""Retry conditions of the write tasks and the document-link ledger (no server needed)."""
+"""The one retry layer of a write (the client's conditions; tasks add none) and the
+document-link ledger (no server needed)."""
 
 from __future__ import annotations
 
+import inspect
+import logging
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from prefect import Task
 
 from compliance_api.errors import (
     InvalidRequestError,
@@ -14,16 +17,31 @@ from compliance_api.errors import (
     ServerError,
     TransportError,
 )
-from runtime.retries import retry_if_unapplied, retry_transient
-from tasks.documents import create_document_link
-from tasks.groups import add_people_to_group
+from compliance_api.retry import RetryMode, RetryNotice, is_retryable
+from runtime.retries import log_client_retry
+from tasks import (
+    accounts,
+    connector_resources,
+    documents,
+    event_logs,
+    groups,
+    knowledge_base,
+    questionnaires,
+    vendors,
+)
 from write_engine.link_ledger import LinkLedger
 
 OP = "op"
-
-
-def failed(error: BaseException) -> SimpleNamespace:
-    return SimpleNamespace(data=error)  # what Prefect hands retry_condition_fn: Failed(data=exc)
+TASK_MODULES = [
+    accounts,
+    connector_resources,
+    documents,
+    event_logs,
+    groups,
+    knowledge_base,
+    questionnaires,
+    vendors,
+]
 
 
 @pytest.mark.parametrize(
@@ -36,22 +54,48 @@ def failed(error: BaseException) -> SimpleNamespace:
         (NotFoundError("x", operation=OP, status_code=404), False, False),
         (InvalidRequestError("x", operation=OP, status_code=400), False, False),
         (RuntimeError("bug"), False, False),
+        # the token endpoint's failure is the broker's to retry, not the data call's
+        (ServerError("x", operation="client_credentials", status_code=503), False, False),
     ],
 )
 def test_only_transient_errors_are_retried_and_creates_only_when_unapplied(
     error: BaseException, idempotent: bool, create: bool
 ) -> None:
-    assert retry_transient(None, None, failed(error)) is idempotent
-    assert retry_if_unapplied(None, None, failed(error)) is create
+    assert is_retryable(error, RetryMode.IDEMPOTENT, OP) is idempotent
+    assert is_retryable(error, RetryMode.UNAPPLIED_ONLY, OP) is create
 
 
-def test_tasks_declare_their_retry_policy() -> None:
-    assert (
-        add_people_to_group.retries == 3
-        and add_people_to_group.retry_condition_fn is retry_transient
+def api_tasks() -> list[Task[..., object]]:
+    """Every task that takes the data client, found rather than listed (a new one counts)."""
+    return [
+        value
+        for module in TASK_MODULES
+        for value in vars(module).values()
+        if isinstance(value, Task) and "client" in inspect.signature(value.fn).parameters
+    ]
+
+
+def test_tasks_that_call_the_api_declare_no_retries_of_their_own() -> None:
+    """The client's retries are the only layer: a task retry on top would multiply the sends."""
+    tasks = api_tasks()
+    names = {task.name for task in tasks}
+    assert {"Add people to group", "Attach document link", "Promote discovered vendor"} <= names
+    assert [(task.name, task.retries) for task in tasks if task.retries] == []
+    assert all(task.retry_condition_fn is None for task in tasks)
+    assert documents.create_document_link.persist_result is False
+
+
+def test_client_retries_are_logged_with_the_attempt_and_the_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    error = ServerError("down", operation="add_people_to_group", status_code=503)
+    with caplog.at_level(logging.WARNING, logger="compliance_flows.retries"):
+        log_client_retry(6)(RetryNotice("add_people_to_group", 2, 0.5, error))
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "Retrying add_people_to_group in 0.5 s (attempt 2 of 6 failed: "
+        "add_people_to_group failed (503): down)"
     )
-    assert create_document_link.retry_condition_fn is retry_if_unapplied
-    assert create_document_link.persist_result is False
 
 
 def test_ledger_claims_once_per_tenant_and_survives_reopening(tmp_path: Path) -> None:
