@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+import httpx
+
 from deployments.database import DatabaseError
 from deployments.resources import WORK_POOL_NAME
 from deployments.stack import (
@@ -80,8 +82,23 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         parser.error(str(error))
 
 
+def deployment_count(stack: LocalStack, work_pool: str = WORK_POOL_NAME) -> int | None:
+    """How many deployments the Prefect server has on ``work_pool`` (None: could not tell).
+
+    Asked of the API, not read from ``prefect deploy``'s output, whose wording (and line count)
+    is not a count of deployments.
+    """
+    body = {"work_pools": {"name": {"any_": [work_pool]}}}
+    try:
+        count = stack.request("POST", "/deployments/count", body).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
 def banner(stack: LocalStack, seconds: float) -> str:
-    deployments = stack.deploy_output.count("successfully created")
+    count = deployment_count(stack)
+    deployments = "?" if count is None else str(count)
     lines = [
         "",
         f"compliance-flows is up ({seconds:.0f}s: "
