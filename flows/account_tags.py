@@ -291,7 +291,7 @@ def read_account_items(
     return ParsedItems.of(parsed.items, repeats + parsed.duplicates)
 
 
-@flow(name="Update account tags", validate_parameters=True)
+@flow(name="Update account tags")
 async def update_account_tags(
     accounts: Annotated[Maybe[list[dict[str, Any]]], title("Accounts")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,

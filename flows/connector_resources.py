@@ -97,7 +97,7 @@ def _check_frameworks(value: list[str] | None) -> frozenset[str] | None:
     return frozenset(chosen) or None
 
 
-@flow(name="package-vulnerability-digest", log_prints=False)
+@flow(name="package-vulnerability-digest")
 async def package_vulnerability_digest(
     resource_id: Annotated[str, title("Connector resource id")],
     min_severity: Annotated[float, title("Minimum severity")] = 0.0,
@@ -204,7 +204,7 @@ async def _publish_vulnerabilities(
     )
 
 
-@flow(name="security-training-report", log_prints=False)
+@flow(name="security-training-report")
 async def security_training_report(
     resource_id: Annotated[str, title("Connector resource id")],
     frameworks: Annotated[Maybe[list[Framework]], title("Frameworks")] = None,

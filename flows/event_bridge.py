@@ -80,7 +80,7 @@ def check_variable_name(parameter: str, value: str) -> str:
     return value
 
 
-@flow(name="bridge-event-log", log_prints=False)
+@flow(name="bridge-event-log")
 async def bridge_event_log(
     start_date: Annotated[Maybe[str], title("Start date")] = None,
     page_size: Annotated[int, title("Page size")] = 100,

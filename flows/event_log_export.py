@@ -67,7 +67,7 @@ def _output_dir(value: str) -> Path:
     return path
 
 
-@flow(name="export-event-log", log_prints=False)
+@flow(name="export-event-log")
 async def export_event_log(
     output_dir: Annotated[str, title("Output directory")],
     start_date: Annotated[Maybe[str], title("Start date")] = None,

@@ -202,7 +202,7 @@ async def publish_freshness_report(params: FreshnessParameters, tally: Freshness
     )
 
 
-@flow(name="knowledge-base-freshness", log_prints=False)
+@flow(name="knowledge-base-freshness")
 async def knowledge_base_freshness(
     q: Annotated[Maybe[str], title("Search text")] = None,
     types: Annotated[Maybe[list[ResourceType]], title("Resource types")] = None,

@@ -328,7 +328,7 @@ def read_route_items(
     return dedupe(parse_items(QuestionnaireRouteInput, [(w, {**given, **r}) for w, r in records]))
 
 
-@flow(name="Route questionnaires to approval", validate_parameters=True)
+@flow(name="Route questionnaires to approval")
 async def route_questionnaires(
     questionnaire_ids: Annotated[Maybe[list[str]], title("Questionnaire ids")] = None,
     route: Annotated[Maybe[list[RouteStatus]], title("Route")] = None,

@@ -61,7 +61,7 @@ def _flow_run_id(value: str) -> str:
         ) from None
 
 
-@flow(name="recover-crashed-run", log_prints=False)
+@flow(name="recover-crashed-run")
 async def recover_crashed_run(
     flow_run_id: Annotated[str, title("Flow run id")],
     max_attempts: Annotated[int, title("Max crashes")] = DEFAULT_MAX_ATTEMPTS,

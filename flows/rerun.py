@@ -119,7 +119,7 @@ def _split(
     return send, kept
 
 
-@flow(name="Rerun failed items", flow_run_name="rerun-{flow_run_id}", validate_parameters=True)
+@flow(name="Rerun failed items", flow_run_name="rerun-{flow_run_id}")
 async def rerun_failed_items(
     flow_run_id: Annotated[str, title("Flow run id")],
     attempt: Annotated[Maybe[int], title("Attempt")] = None,
