@@ -53,12 +53,14 @@ async def ensure_token_rate_limit(name: str | None = None) -> str:
 
 
 # The work pool and the variables prefect.yaml reads live in deployments/resources.py; the
-# automations come from the triggers in prefect.yaml, except the one that marks runs whose
-# process died Crashed (deployments/unresponsive_runs.py) and the one that notifies of failed
-# write runs when an operator asks for it (deployments/notifications.py); the audit-log readers'
-# run locks are created on first use (runtime/locks.py); the credentials block type is
-# registered so one can be created in the UI (runtime/credentials.py).
-from deployments.notifications import ensure_failure_notifications  # noqa: E402 - next to STEPS
+# automations come from the triggers in prefect.yaml, except those in deployments/automations.yaml
+# (runs whose process died are marked Crashed; failed write runs are notified when an operator
+# asks for it); the audit-log readers' run locks are created on first use (runtime/locks.py); the
+# credentials block type is registered so one can be created in the UI (runtime/credentials.py).
+from deployments.automations import (  # noqa: E402 - kept next to the steps that use them
+    ensure_failure_notifications,
+    ensure_unresponsive_run_detection,
+)
 from deployments.resources import (  # noqa: E402 - kept next to the steps that use them
     ensure_audit_log_starts,
     ensure_credentials_block_type,
@@ -66,7 +68,6 @@ from deployments.resources import (  # noqa: E402 - kept next to the steps that 
     ensure_project_dir_variable,
     ensure_work_pool,
 )
-from deployments.unresponsive_runs import ensure_unresponsive_run_detection  # noqa: E402
 
 STEPS: list[Callable[[], Awaitable[str]]] = [
     ensure_token_rate_limit,

@@ -30,12 +30,11 @@ import httpx
 from cryptography.fernet import Fernet
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from deployments.automations import BLOCK_ENV, GRACE_ENV, WEBHOOK_ENV
 from deployments.database import parse_database_url, redacted
-from deployments.notifications import BLOCK_ENV, WEBHOOK_ENV
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
-from deployments.unresponsive_runs import GRACE_ENV
 
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
 DEFAULT_PREFECT_PORT = 4200
@@ -121,7 +120,7 @@ class StackOptions:
     #: Prefect variables to set before `prefect deploy` (e.g. a short rerun delay for tests)
     variables: Mapping[str, object] = field(default_factory=dict)
     #: seconds without a heartbeat before a run is marked Crashed (None: the environment's
-    #: COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS, else 90 s; deployments/unresponsive_runs.py)
+    #: COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS, else 90 s; deployments/automations.py)
     unresponsive_run_grace_seconds: int | None = None
     startup_timeout: float = 120.0
     #: postgresql+asyncpg://USER@HOST:PORT/DB for the Prefect server; None: SQLite
@@ -351,7 +350,7 @@ class LocalStack:
         grace = self.options.unresponsive_run_grace_seconds or os.environ.get(GRACE_ENV)
         if grace:
             env[GRACE_ENV] = str(grace)
-        # where failure notifications go: read by bootstrap only (deployments/notifications.py)
+        # where failure notifications go: read by bootstrap only (deployments/automations.py)
         env.update(
             {name: os.environ[name] for name in (WEBHOOK_ENV, BLOCK_ENV) if name in os.environ}
         )

@@ -1,4 +1,4 @@
-"""Failure notifications (deployments/notifications.py).
+"""Failure notifications (deployments/automations.py and automations.yaml).
 
 The templates and the checks of the settings run here directly; the automation runs on a real
 ``prefect server start`` (on PostgreSQL, whose triggers and actions services send the
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 import uuid
@@ -39,16 +40,14 @@ from prefect.types import SecretDict
 
 import deployments.stack as stack_module
 from compliance_api.errors import ConfigurationError
-from deployments.notifications import (
-    AUTOMATION_NAME,
+from deployments.automations import (
     BLOCK_ENV,
-    BODY_TEMPLATE,
-    ITEMS_FAILED_MARKER,
-    SUBJECT_TEMPLATE,
     WEBHOOK_BLOCK_NAME,
     WEBHOOK_ENV,
     ensure_failure_notifications,
+    notification_automation,
 )
+from deployments.automations import NOTIFICATION_AUTOMATION_NAME as AUTOMATION_NAME
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.stack import LocalStack, StackOptions
 from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
@@ -83,6 +82,12 @@ ITEMS_FAILED_MESSAGE = str(
     )
 )
 CRASH_MESSAGE = "No heartbeat for 90 s: the flow run's process is gone."
+#: the texts as declared (deployments/automations.yaml)
+(SENDS,) = notification_automation(uuid.uuid4()).actions
+assert isinstance(SENDS, SendNotification)
+SUBJECT_TEMPLATE, BODY_TEMPLATE = SENDS.subject, SENDS.body
+#: what the body looks for in a Failed run's message to tell that items failed
+ITEMS_FAILED_MARKER = re.findall(r"\{% elif '([^']+)' in message %\}", BODY_TEMPLATE)[0]
 
 
 # --------------------------------------------------------------------------- the templates
@@ -103,10 +108,10 @@ def _context(
         state=State(type=state, name=state.value.title(), message=message),
     )
     return {
-        "flow": Flow(id=flow_id, name="Promote discovered vendors"),
+        "flow": Flow(id=flow_id, name="promote-discovered-vendors"),
         "flow_run": run,
         "deployment": (
-            DeploymentResponse(id=uuid.uuid4(), name="promote-discovered-vendors", flow_id=flow_id)
+            DeploymentResponse(id=uuid.uuid4(), name="on-discovery", flow_id=flow_id)
             if deployment
             else None
         ),
@@ -129,13 +134,13 @@ async def test_a_failed_write_run_s_text_names_the_run_its_counts_and_the_rerun(
     run_id = context["flow_run"].id
     subject, body = await _render(context)
 
-    assert subject == "[compliance-flows] Failed: Promote discovered vendors (run clever-fox)"
-    assert "Flow: Promote discovered vendors\n" in body
-    assert "Deployment: Promote discovered vendors/promote-discovered-vendors\n" in body
+    assert subject == "[compliance-flows] Failed: promote-discovered-vendors (run clever-fox)"
+    assert "Flow: promote-discovered-vendors\n" in body
+    assert "Deployment: promote-discovered-vendors/on-discovery\n" in body
     assert f"Run: clever-fox ({run_id})\n" in body
     assert "State: Failed: 2 of 5 item(s) failed (dv-404: not found: no vendor;" in body
     assert "rerun automatically after compliance_rerun_delay_seconds" in body
-    rerun = "prefect deployment run 'Rerun failed items/rerun-failed-items'"
+    rerun = "prefect deployment run 'rerun-failed-items/on-failed-items'"
     assert f"{rerun} -p flow_run_id={run_id}`" in body
     assert body.endswith(f"\n\nThe run in the Prefect UI: http://ui.test/runs/flow-run/{run_id}")
 
@@ -145,7 +150,7 @@ async def test_a_failure_before_the_items_says_to_fix_the_cause_and_start_again(
     _, body = await _render(_context(StateType.FAILED, message, ["write"], deployment=False))
     assert "Deployment: none (started outside a deployment)\n" in body
     assert "The run stopped before or outside its items" in body
-    assert "Rerun failed items" not in body
+    assert "rerun-failed-items" not in body
 
 
 async def test_a_crashed_run_s_text_explains_crash_recovery_or_the_retry_button() -> None:

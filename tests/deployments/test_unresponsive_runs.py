@@ -3,22 +3,47 @@ automation bootstrap creates (against the session's real Prefect server)."""
 
 from __future__ import annotations
 
+from uuid import uuid4
+
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
+from prefect.events.schemas.automations import AutomationCore
 
 from compliance_api.errors import ConfigurationError
-from deployments.resources import WORK_POOL_NAME
-from deployments.unresponsive_runs import (
-    AUTOMATION_NAME,
+from deployments.automations import (
     GRACE_ENV,
     HEARTBEAT_SECONDS,
+    crash_automations,
     ensure_unresponsive_run_detection,
     grace_seconds,
-    silent_start_automation,
-    stuck_pending_automation,
+    notification_automation,
 )
+from deployments.resources import WORK_POOL_NAME
 from tests.fixtures.prefect_yaml import DEPLOYMENTS
+
+AUTOMATION_NAME = crash_automations(120)[0].name
+
+
+def stuck_pending_automation(grace: int) -> AutomationCore:
+    return crash_automations(grace)[1]
+
+
+def silent_start_automation(grace: int) -> AutomationCore:
+    return crash_automations(grace)[2]
+
+
+def test_the_declared_automations_take_the_values_of_the_settings() -> None:
+    """deployments/automations.yaml's placeholders are all filled, with values of their type."""
+    automations = [*crash_automations(120, pool="another-pool"), notification_automation(uuid4())]
+    for automation in automations:
+        assert "${" not in automation.model_dump_json(), automation.name
+    assert len({automation.name for automation in automations}) == 4
+    assert all(a.trigger.within.total_seconds() == 120 for a in automations[:3])
+    assert "'another-pool' work pool" in automations[2].description
+    assert automations[2].trigger.match_related.model_dump()["prefect.resource.name"] == (
+        "another-pool"
+    )
 
 
 def test_every_deployment_sends_heartbeats_the_automation_expects() -> None:

@@ -1,0 +1,298 @@
+"""Bootstrap's automations: declared in ``automations.yaml``, filled in from the settings here.
+
+- Runs whose process died are marked Crashed (always). The grace period comes from
+  ``COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS`` (default 90 s): it must be longer than the
+  :data:`HEARTBEAT_SECONDS` between heartbeats (prefect.yaml), or live runs would be Crashed.
+- A failed or crashed write run sends a notification, when an operator says where to:
+  ``COMPLIANCE_NOTIFY_WEBHOOK_URL``, an http(s) URL that bootstrap keeps as a secret (encrypted
+  by the server, ``********`` in the UI) in the block ``compliance-failure-webhook``: Prefect's
+  *Slack Webhook* block for a Slack incoming-webhook URL, else a *Custom Webhook* block that POSTs
+  JSON (``text``, ``subject``, ``body``, ``source``). Nothing here prints more of the URL than its
+  scheme and host: a webhook URL's path is often its token. (The Custom Webhook block raises
+  httpx's error on an error status and the server logs it, URL included: docs/operators.md.)
+  Or ``COMPLIANCE_NOTIFY_BLOCK``: ``<block-type-slug>/<block-name>`` of an operator's
+  notification block, e.g. ``slack-webhook/compliance-alerts``.
+
+Each automation is created unless one of its name exists; the notification automation is then
+only pointed at the configured block, when that changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from string import Template
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+from uuid import UUID
+
+import yaml
+from prefect.blocks.core import Block
+from prefect.blocks.notifications import CustomWebhookNotificationBlock, SlackWebhook
+from prefect.client.orchestration import get_client
+from prefect.events.actions import SendNotification
+from prefect.events.schemas.automations import AutomationCore
+from prefect.exceptions import ObjectNotFound
+from prefect.types import SecretDict
+from pydantic import SecretStr
+
+from compliance_api.errors import ConfigurationError
+from deployments.resources import WORK_POOL_NAME
+
+BlockT = TypeVar("BlockT", bound=Block)
+
+DECLARED: dict[str, Any] = yaml.safe_load(Path(__file__).with_name("automations.yaml").read_text())
+NOTIFICATION_AUTOMATION_NAME: str = DECLARED["failure_notification"]["name"]
+
+#: what prefect.yaml sets as PREFECT_FLOWS_HEARTBEAT_FREQUENCY (Prefect's minimum is 30 s)
+HEARTBEAT_SECONDS = 30
+#: three missed heartbeats: a busy machine may delay one, not three
+DEFAULT_GRACE_SECONDS = 90
+GRACE_ENV = "COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS"
+WEBHOOK_ENV = "COMPLIANCE_NOTIFY_WEBHOOK_URL"
+BLOCK_ENV = "COMPLIANCE_NOTIFY_BLOCK"
+
+WEBHOOK_BLOCK_NAME = "compliance-failure-webhook"
+#: the URLs Prefect's Slack Webhook block sends to Slack itself (prefect/blocks/notifications.py)
+SLACK_WEBHOOK_URL = re.compile(
+    r"^https?://hooks\.slack(?:-gov)?\.com/services/[A-Z0-9]+/[A-Z0-9]+/[A-Z0-9]+/?$", re.I
+)
+#: the Custom Webhook block's URL is a secret value, filled in when the block sends
+_URL_SECRET = "webhook_url"  # noqa: S105 - a key name, not a secret
+#: JSON the Custom Webhook block POSTs: ``text`` for chat webhooks that take Slack's format
+#: (Mattermost, Rocket.Chat, ...), the parts apart for everything else (the block fills in
+#: ``{{subject}}``, ``{{body}}`` and ``{{name}}``, its own name: ``compliance-flows``)
+WEBHOOK_JSON = {
+    "text": "{{subject}}\n\n{{body}}",
+    "subject": "{{subject}}",
+    "body": "{{body}}",
+    "source": "{{name}}",
+}
+
+
+def _filled(data: Any, values: dict[str, Any]) -> Any:
+    """``data`` with each ``${name}`` replaced by ``values[name]``; a string that is only a
+    placeholder becomes the value itself (a number stays a number)."""
+    if isinstance(data, dict):
+        return {key: _filled(value, values) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_filled(value, values) for value in data]
+    if isinstance(data, str):
+        if data.startswith("${") and data.endswith("}") and data[2:-1] in values:
+            return values[data[2:-1]]
+        return Template(data).substitute(values)
+    return data
+
+
+def crash_automations(grace: int, pool: str = WORK_POOL_NAME) -> list[AutomationCore]:
+    """Unresponsive runs, runs left Pending, runs Running without a first heartbeat (``pool``)."""
+    values = {"grace_seconds": grace, "work_pool": pool}
+    return [AutomationCore.model_validate(_filled(a, values)) for a in DECLARED["mark_crashed"]]
+
+
+def notification_automation(block_document_id: UUID) -> AutomationCore:
+    values = {"block_document_id": block_document_id}
+    return AutomationCore.model_validate(_filled(DECLARED["failure_notification"], values))
+
+
+async def _ensure(automation: AutomationCore, note: str, block_id: UUID | None = None) -> str:
+    """Create the automation unless one of that name exists: an operator may have paused or
+    changed it, and bootstrap keeps that (delete it to recreate). With ``block_id``, an existing
+    one that sends through another block is pointed at that block, the rest kept."""
+    async with get_client() as client:
+        existing = await client.read_automations_by_name(automation.name)
+        if not existing:
+            await client.create_automation(automation)
+            return f"created automation {automation.name!r} ({note})"
+        kept = existing[0]
+        state = "enabled" if kept.enabled else "paused"
+        sends = {a.block_document_id for a in kept.actions if isinstance(a, SendNotification)}
+        if block_id is None or sends == {block_id}:
+            return f"kept automation {automation.name!r} ({state})"
+        # the API refuses an owner in an update: leave it out, so the automation keeps its own
+        updated = AutomationCore.model_validate(kept.model_dump(exclude={"owner_resource"}))
+        updated.actions = [
+            a.model_copy(update={"block_document_id": block_id})
+            if isinstance(a, SendNotification)
+            else a
+            for a in updated.actions
+        ] + ([] if sends else automation.actions)
+        await client.update_automation(kept.id, updated)
+    return f"updated automation {automation.name!r} ({state}): now {note}"
+
+
+# ----------------------------------------------------------------------------- crashed runs
+def grace_seconds() -> int:
+    """The grace period, from COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS (default 90 s)."""
+    raw = os.environ.get(GRACE_ENV, str(DEFAULT_GRACE_SECONDS))
+    try:
+        seconds = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{GRACE_ENV}={raw!r} is not a whole number of seconds") from None
+    if seconds <= HEARTBEAT_SECONDS:
+        raise ConfigurationError(
+            f"{GRACE_ENV}={seconds} must be longer than the {HEARTBEAT_SECONDS} s between "
+            "heartbeats, or live runs would be marked Crashed"
+        )
+    return seconds
+
+
+async def ensure_unresponsive_run_detection() -> str:
+    """Bootstrap step: the automations that mark runs whose process died Crashed."""
+    grace = grace_seconds()
+    return "; ".join([await _ensure(a, f"grace {grace} s") for a in crash_automations(grace)])
+
+
+# ----------------------------------------------------------------------------- notifications
+def webhook_url() -> str | None:
+    """COMPLIANCE_NOTIFY_WEBHOOK_URL, checked: an absolute http(s) URL. Errors never repeat the
+    URL's path or query (often its secret token)."""
+    raw = os.environ.get(WEBHOOK_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError:
+        raise ConfigurationError(
+            f"{WEBHOOK_ENV} is not a valid URL; expected an absolute http(s) URL such as "
+            "https://hooks.slack.com/services/..."
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        host = "a host" if parts.hostname else "no host"
+        raise ConfigurationError(
+            f"{WEBHOOK_ENV} must be an absolute http(s) URL such as "
+            f"https://hooks.slack.com/services/...; it has {scheme} and {host}"
+        )
+    return raw
+
+
+def shown(url: str) -> str:
+    """What may be printed of a webhook URL: scheme, host and port; never path, query or
+    credentials."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}/…"
+
+
+def named_block() -> tuple[str, str] | None:
+    """COMPLIANCE_NOTIFY_BLOCK as (block type slug, block name)."""
+    raw = os.environ.get(BLOCK_ENV, "").strip()
+    if not raw:
+        return None
+    slug, slash, name = raw.partition("/")
+    if not slash or not slug or not name or "/" in name:
+        raise ConfigurationError(
+            f"{BLOCK_ENV}={raw!r} must be <block-type-slug>/<block-name> of a notification block, "
+            "e.g. slack-webhook/compliance-alerts (`prefect block ls` lists them)"
+        )
+    return slug, name
+
+
+async def _load(cls: type[BlockT]) -> BlockT | None:
+    """The block of that type named ``compliance-failure-webhook``, or None (a block that exists
+    but does not load is an error, not a reason to overwrite it)."""
+    async with get_client() as client:
+        try:
+            await client.read_block_document_by_name(
+                WEBHOOK_BLOCK_NAME, block_type_slug=cls.get_block_type_slug(), include_secrets=False
+            )
+        except ObjectNotFound:
+            return None
+    return await cls.aload(WEBHOOK_BLOCK_NAME)
+
+
+async def ensure_webhook_block(url: str) -> tuple[UUID, str, str]:
+    """The block ``compliance-failure-webhook`` that holds ``url`` as a secret. An existing block
+    is changed only when the URL differs (then only its URL: what an operator edited stays).
+    Returns its id, its ``slug/name`` and what was done, naming only the URL's scheme and host."""
+    verb = "updated"
+    if SLACK_WEBHOOK_URL.match(url):
+        what = f"Slack incoming webhook at {shown(url)}"
+        slack = await _load(SlackWebhook)
+        if slack is None:
+            slack, verb = SlackWebhook(url=SecretStr(url), notify_type="failure"), "created"
+        elif slack.url.get_secret_value() == url:
+            verb = "kept"
+        else:
+            slack.url = SecretStr(url)
+        block: Block = slack
+    else:
+        what = f"JSON POST to {shown(url)}"
+        custom = await _load(CustomWebhookNotificationBlock)
+        secrets = {_URL_SECRET: url}
+        if custom is None:
+            verb = "created"
+            custom = CustomWebhookNotificationBlock(
+                name="compliance-flows",
+                url="{{" + _URL_SECRET + "}}",
+                method="POST",
+                json_data=WEBHOOK_JSON,
+                secrets=SecretDict(secrets),
+                # an internal relay on a private address is a legitimate target
+                allow_private_urls=True,
+            )
+        elif custom.secrets.get_secret_value().get(_URL_SECRET) == url:
+            verb = "kept"
+        else:
+            custom.url = "{{" + _URL_SECRET + "}}"
+            custom.secrets = SecretDict({**custom.secrets.get_secret_value(), **secrets})
+        block = custom
+    block_id = block._block_document_id
+    if verb != "kept":
+        block_id = await block.asave(WEBHOOK_BLOCK_NAME, overwrite=True)
+    assert block_id is not None
+    label = f"{block.get_block_type_slug()}/{WEBHOOK_BLOCK_NAME}"
+    return block_id, label, f"{verb} notification block {label} ({what})"
+
+
+async def named_block_id(slug: str, name: str) -> UUID:
+    """The id of an operator's notification block, checked to exist and to be one."""
+    async with get_client() as client:
+        try:
+            document = await client.read_block_document_by_name(
+                name, block_type_slug=slug, include_secrets=False
+            )
+        except ObjectNotFound:
+            document = None
+    if document is None:
+        raise ConfigurationError(
+            f"{BLOCK_ENV}={slug}/{name}: no such block on the Prefect server; create it in the UI "
+            "(Blocks > +) or fix the name (`prefect block ls` lists them)"
+        )
+    capabilities = document.block_schema.capabilities if document.block_schema else []
+    if "notify" not in capabilities:
+        raise ConfigurationError(
+            f"{BLOCK_ENV}={slug}/{name} is not a notification block (it cannot send messages); "
+            "use e.g. a Slack Webhook, Custom Webhook or Sendgrid Email block"
+        )
+    return document.id
+
+
+async def ensure_failure_notifications() -> str:
+    """Bootstrap step: the notification block (from COMPLIANCE_NOTIFY_WEBHOOK_URL) or the
+    operator's block (COMPLIANCE_NOTIFY_BLOCK), and the automation that sends through it."""
+    url, block = webhook_url(), named_block()
+    if url and block:
+        raise ConfigurationError(
+            f"set {WEBHOOK_ENV} or {BLOCK_ENV}, not both: which one should notifications use?"
+        )
+    if url:
+        block_id, label, block_line = await ensure_webhook_block(url)
+        sends = await _ensure(notification_automation(block_id), f"sends through {label}", block_id)
+        return f"{block_line}; {sends}"
+    if block:
+        block_id = await named_block_id(*block)
+        label = "/".join(block)
+        return await _ensure(notification_automation(block_id), f"sends through {label}", block_id)
+    async with get_client() as client:
+        existing = await client.read_automations_by_name(NOTIFICATION_AUTOMATION_NAME)
+    if existing:
+        state = "enabled" if existing[0].enabled else "paused"
+        return (
+            f"kept automation {NOTIFICATION_AUTOMATION_NAME!r} ({state}) as it is: neither "
+            f"{WEBHOOK_ENV} nor {BLOCK_ENV} is set"
+        )
+    return f"skipped failure notifications: set {WEBHOOK_ENV} or {BLOCK_ENV} to send them"
