@@ -99,7 +99,7 @@ async def plain_add_people(
 
 
 async def flow_add_people(group: str, path: str, concurrency: int) -> dict[str, Any]:
-    from flows.group_membership import add_people_to_groups
+    from flows.add_people_to_groups import add_people_to_groups
     from write_engine.outcomes import ItemsFailed, Outcome
 
     state = await add_people_to_groups(

@@ -47,8 +47,8 @@ from bench.common import BACKENDS, ForeignCpu, database_name, fresh_database
 from deployments.processes import wait_until
 
 BRIDGE = "bridge-event-log/every-3-minutes"
-PROMOTE = "Promote discovered vendors/promote-discovered-vendors"
-RECOVER = "recover-crashed-run/recover-crashed-runs"
+PROMOTE = "promote-discovered-vendors/on-discovery"
+RECOVER = "recover-crashed-run/on-crash"
 #: the promote deployment's schedule that would find what no trigger started a run for
 CATCH_UP = "catch-up"
 SIZES = (40, 400)

@@ -96,8 +96,8 @@ def phases_child() -> None:
     from prefect.testing.utilities import prefect_test_harness
 
     import flows.account_tags  # noqa: F401
+    import flows.add_people_to_groups  # noqa: F401
     import flows.document_links  # noqa: F401
-    import flows.group_membership  # noqa: F401
     import flows.promote_vendors  # noqa: F401
     import flows.questionnaires  # noqa: F401
     import flows.rerun  # noqa: F401

@@ -106,8 +106,8 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
     from compliance_api.errors import InputError
     from deployments.bootstrap import ensure_token_rate_limit
     from flows.account_tags import update_account_tags
+    from flows.add_people_to_groups import add_people_to_groups
     from flows.document_links import attach_document_links
-    from flows.group_membership import add_people_to_groups
     from flows.promote_vendors import promote_discovered_vendors
     from flows.questionnaires import route_questionnaires
     from flows.rerun import rerun_failed_items
@@ -260,11 +260,11 @@ def _print_report(steps: list[Step], sandbox_url: str, timings: dict[str, float]
     print(
         "How to rerun failures: every write run records its failed items in Prefect. Against "
         "a running stack (make serve), run `python -m flows.rerun <flow_run_id>` or start the "
-        "'Rerun failed items' deployment with that flow_run_id; only the failed items are "
-        "sent. The stack also reruns failed_retryable items on its own after a delay; refusals "
-        "wait for you. Links reported needs_review are resent only with unconfirmed_links='resend' "
-        "(after checking the document) or settled with 'mark_attached'. This demo's Prefect "
-        "server was temporary, so its run ids are gone now."
+        "'rerun-failed-items/on-failed-items' deployment with that flow_run_id; only the failed "
+        "items are sent. The stack also reruns failed_retryable items on its own after a delay; "
+        "refusals wait for you. Links reported needs_review are resent only with "
+        "unconfirmed_links='resend' (after checking the document) or settled with "
+        "'mark_attached'. This demo's Prefect server was temporary, so its run ids are gone now."
     )
     print(
         f"\nDemo finished in {timings['total']:.1f} s (starting the sandbox and Prefect server: "

@@ -291,7 +291,7 @@ def read_account_items(
     return ParsedItems.of(parsed.items, repeats + parsed.duplicates)
 
 
-@flow(name="Update account tags")
+@flow(name="update-account-tags")
 async def update_account_tags(
     accounts: Annotated[Maybe[list[dict[str, Any]]], title("Accounts")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,

@@ -177,7 +177,7 @@ def read_membership_items(
     return dedupe(parse_items(GroupMembershipInput, expanded))
 
 
-@flow(name="Add people to groups")
+@flow(name="add-people-to-groups")
 async def add_people_to_groups(
     group_ids: Annotated[Maybe[list[str]], title("Group ids")] = None,
     person_ids: Annotated[Maybe[list[str]], title("Person ids")] = None,

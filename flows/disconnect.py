@@ -14,7 +14,7 @@ from runtime.form import Maybe, title
 from tasks.token import suspend_and_delete_tokens
 
 
-@flow(name="Disconnect customer")
+@flow(name="disconnect-customer")
 async def disconnect_customer(
     source_id: Annotated[Maybe[str], title("Source id")] = None,
 ) -> bool:

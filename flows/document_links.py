@@ -211,7 +211,7 @@ def read_link_items(
     return dedupe(parse_items(DocumentLinkInput, records))
 
 
-@flow(name="Attach document links")
+@flow(name="attach-document-links")
 async def attach_document_links(
     links: Annotated[Maybe[list[dict[str, object]]], title("Links")] = None,
     input_file: Annotated[Maybe[str], title("Manifest file")] = None,

@@ -161,7 +161,7 @@ def read_vendor_items(
     return dedupe(parse_items(DiscoveredVendorInput, records))
 
 
-@flow(name="Promote discovered vendors")
+@flow(name="promote-discovered-vendors")
 async def promote_discovered_vendors(
     discovered_vendor_ids: Annotated[Maybe[list[str]], title("Discovered vendor ids")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,

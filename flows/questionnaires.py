@@ -249,7 +249,7 @@ def _message(item: QuestionnaireRouteInput) -> str:
     if item.approval_message:
         return item.approval_message
     route = " -> ".join(item.route) or "review"
-    return f"Approved by the 'Route questionnaires to approval' flow after {route}"
+    return f"Approved by the 'route-questionnaires' flow after {route}"
 
 
 def _succeeded(item: QuestionnaireRouteInput, progress: _Progress) -> ItemResult:
@@ -328,7 +328,7 @@ def read_route_items(
     return dedupe(parse_items(QuestionnaireRouteInput, [(w, {**given, **r}) for w, r in records]))
 
 
-@flow(name="Route questionnaires to approval")
+@flow(name="route-questionnaires")
 async def route_questionnaires(
     questionnaire_ids: Annotated[Maybe[list[str]], title("Questionnaire ids")] = None,
     route: Annotated[Maybe[list[RouteStatus]], title("Route")] = None,

@@ -2,11 +2,12 @@
 
 A run crashes when its process never starts (a busy Prefect server answered 503 while the
 worker submitted it; the worker died after taking it) or dies mid-run (a killed worker, a lost
-machine; ``deployments/unresponsive_runs.py`` marks those Crashed). Such a run emits no
+machine; ``deployments/automations.yaml`` marks those Crashed). Such a run emits no
 failed-items event, so without this nothing would ever run its items again.
 
-The deployment ``recover-crashed-runs`` runs this flow for every ``prefect.flow-run.Crashed``
-event of a run tagged ``crash-recovery`` (every deployment in prefect.yaml but this one):
+The deployment ``recover-crashed-run/on-crash`` runs this flow for every
+``prefect.flow-run.Crashed`` event of a run tagged ``crash-recovery`` (every deployment in
+prefect.yaml but this one):
 
 1. Read the run and its state history; a run that is no longer Crashed is left alone (an
    operator, or an earlier recovery, acted first).

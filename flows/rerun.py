@@ -35,8 +35,8 @@ from prefect.logging import get_run_logger
 
 from compliance_api.errors import ComplianceError, InputError
 from flows.account_tags import AccountTags
+from flows.add_people_to_groups import GroupMembership
 from flows.document_links import UnconfirmedLinks, document_links_job
-from flows.group_membership import GroupMembership
 from flows.promote_vendors import VendorPromotion
 from flows.questionnaires import QuestionnaireRouting
 from runtime.form import Maybe, title
@@ -119,7 +119,7 @@ def _split(
     return send, kept
 
 
-@flow(name="Rerun failed items", flow_run_name="rerun-{flow_run_id}")
+@flow(name="rerun-failed-items", flow_run_name="rerun-{flow_run_id}")
 async def rerun_failed_items(
     flow_run_id: Annotated[str, title("Flow run id")],
     attempt: Annotated[Maybe[int], title("Attempt")] = None,

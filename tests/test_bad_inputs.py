@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from flows.account_tags import update_account_tags
+from flows.add_people_to_groups import add_people_to_groups
 from flows.connector_resources import package_vulnerability_digest, security_training_report
 from flows.document_links import attach_document_links
 from flows.event_bridge import bridge_event_log
 from flows.event_log_export import export_event_log
-from flows.group_membership import add_people_to_groups
 from flows.knowledge_base import knowledge_base_freshness
 from flows.promote_vendors import promote_discovered_vendors
 from flows.questionnaires import route_questionnaires

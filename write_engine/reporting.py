@@ -51,7 +51,7 @@ def run_link(flow_run_id: str) -> str:
 def rerun_hint(flow_run_id: str) -> str:
     return (
         f"Rerun the failed items with `python -m flows.rerun {flow_run_id}` or the "
-        f"'Rerun failed items' deployment (flow_run_id={flow_run_id})."
+        f"'rerun-failed-items/on-failed-items' deployment (flow_run_id={flow_run_id})."
     )
 
 

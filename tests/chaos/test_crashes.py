@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from flows.add_people_to_groups import add_people_to_groups
 from flows.document_links import attach_document_links
-from flows.group_membership import add_people_to_groups
 from sandbox.runner import SandboxHandle
 from tests.fixtures.chaos import (
     ADD_PEOPLE,
@@ -120,7 +120,7 @@ async def test_flow_process_killed_mid_run_then_add_people_rerun(
     code = textwrap.dedent(
         f"""
         import asyncio
-        from flows.group_membership import add_people_to_groups
+        from flows.add_people_to_groups import add_people_to_groups
         asyncio.run(add_people_to_groups(
             group_ids=[{group!r}], input_file={str(people_file)!r}, concurrency=1))
         """

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from flows.add_people_to_groups import add_people_to_groups
 from flows.document_links import attach_document_links
-from flows.group_membership import add_people_to_groups
 from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from sandbox.runner import SandboxHandle

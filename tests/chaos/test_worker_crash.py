@@ -2,7 +2,7 @@
 tree, as when its machine dies), then what an operator sees and does.
 
 * The run stays Running until its heartbeats stop long enough: then the unresponsive-run
-  automation that bootstrap creates marks it Crashed (deployments/unresponsive_runs.py).
+  automation that bootstrap creates marks it Crashed (deployments/automations.yaml).
 * Crash recovery (flows/recover_crashed_runs.py) schedules the same run again, and the new
   worker finishes it: add-people is set-semantic, so every person is sent exactly once more
   and nobody is lost; the stored token is reused.
@@ -31,7 +31,7 @@ from tests.fixtures.stack import (
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
-DEPLOYMENT = "Add people to groups/add-people-to-groups"
+DEPLOYMENT = "add-people-to-groups/on-demand"
 #: shorter than the 90 s default so the test waits less; still longer than the 30 s heartbeat
 GRACE_SECONDS = 45
 

@@ -35,9 +35,9 @@ pytestmark = pytest.mark.timeout(480)
 
 ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 BRIDGE = "bridge-event-log/every-3-minutes"
-PROMOTE = "Promote discovered vendors/promote-discovered-vendors"
-ROUTE = "Route questionnaires to approval/route-questionnaires"
-RERUN = "Rerun failed items/rerun-failed-items"
+PROMOTE = "promote-discovered-vendors/on-discovery"
+ROUTE = "route-questionnaires/on-ready-for-review"
+RERUN = "rerun-failed-items/on-failed-items"
 PROMOTE_AUTOMATION = "promote-vendors-when-discovered"
 MAX_ATTEMPTS = 2
 BURST = 40

@@ -49,8 +49,8 @@ from tests.fixtures.stack import (
 pytestmark = pytest.mark.timeout(600)
 
 BRIDGE = "bridge-event-log/every-3-minutes"
-PROMOTE = "Promote discovered vendors/promote-discovered-vendors"
-RECOVER = "recover-crashed-run/recover-crashed-runs"
+PROMOTE = "promote-discovered-vendors/on-discovery"
+RECOVER = "recover-crashed-run/on-crash"
 BURST = 40
 ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 #: every promotion call takes this long, so the killed worker's runs are caught mid-run

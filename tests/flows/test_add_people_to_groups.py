@@ -9,7 +9,7 @@ import pytest
 
 from compliance_api.errors import InputError, ServerError
 from compliance_api.retry import RetryNotice
-from flows.group_membership import add_people_to_groups
+from flows.add_people_to_groups import add_people_to_groups
 from flows.rerun import rerun_failed_items
 from runtime.connection import forget_brokers
 from sandbox.runner import SandboxHandle, run_sandbox_in_thread
@@ -36,7 +36,7 @@ async def test_chunks_run_with_the_bulk_collector_settings_and_restore_them(
     own back when the run ends."""
     import gc
 
-    from flows.group_membership import GroupMembership
+    from flows.add_people_to_groups import GroupMembership
     from write_engine.collector import BULK_RUN_THRESHOLD
 
     before = gc.get_threshold()

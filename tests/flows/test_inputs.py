@@ -8,8 +8,8 @@ import pytest
 
 from compliance_api.errors import InputError
 from flows.account_tags import read_account_items
+from flows.add_people_to_groups import read_membership_items
 from flows.document_links import read_link_items
-from flows.group_membership import read_membership_items
 from flows.promote_vendors import read_vendor_items
 from flows.questionnaires import read_route_items
 

@@ -206,7 +206,7 @@ async def activity(flow_env: SandboxHandle, monkeypatch: pytest.MonkeyPatch) -> 
     """Runs that handle tokens and fail in the ways that tend to leak: a revoked token and its
     re-mint mid-run, per-item errors, an exception, a rerun, a dry run, and a run whose
     credentials come from a Compliance Credentials block."""
-    from flows.group_membership import add_people_to_groups
+    from flows.add_people_to_groups import add_people_to_groups
     from flows.promote_vendors import promote_discovered_vendors
     from flows.rerun import rerun_failed_items
 
