@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from cryptography.fernet import Fernet, MultiFernet
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -271,6 +271,37 @@ def load_settings_from(
         heading = f"Invalid settings ({origin}):" if origin else "Invalid settings:"
         report = heading + "\n  " + "\n  ".join(problems)
         raise ConfigurationError(_relabel(report, labels or {})) from None
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+
+def _is_secret(cls: type[BaseSettings], field_name: str) -> bool:
+    field = cls.model_fields.get(field_name)
+    return field is not None and "SecretStr" in repr(field.annotation)
+
+
+def environment_settings(cls: type[SettingsT]) -> SettingsT:
+    """``cls()`` read from the environment, or a ``ConfigurationError`` that names each bad
+    variable with its value (``COMPLIANCE_WORK_POOL_CONCURRENCY='0': ...``); a secret field's
+    value is never repeated. A field's ``description`` says what is expected."""
+    prefix = str(cls.model_config.get("env_prefix") or "")
+    try:
+        return cls()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            location = tuple(error["loc"])
+            field_name = str(location[0]) if location else ""
+            message = str(error["msg"]).removeprefix("Value error, ")
+            field = cls.model_fields.get(field_name)
+            if field is not None and field.description and error["type"] != "value_error":
+                message = f"{message}; expected {field.description}"
+            name = f"{prefix}{field_name.upper()}" if field_name else cls.__name__
+            if field_name and not _is_secret(cls, field_name) and "input" in error:
+                name = f"{name}={error['input']!r}"
+            problems.append(f"{name}: {message}")
+        raise ConfigurationError("\n".join(problems)) from None
 
 
 def _relabel(text: str, labels: Mapping[str, str]) -> str:

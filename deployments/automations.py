@@ -19,7 +19,6 @@ only pointed at the configured block, when that changed.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from string import Template
@@ -39,16 +38,14 @@ from pydantic import SecretStr
 
 from compliance_api.errors import ConfigurationError
 from deployments.resources import WORK_POOL_NAME
+from deployments.settings import HEARTBEAT_SECONDS as HEARTBEAT_SECONDS
+from deployments.settings import deployment_settings
 
 BlockT = TypeVar("BlockT", bound=Block)
 
 DECLARED: dict[str, Any] = yaml.safe_load(Path(__file__).with_name("automations.yaml").read_text())
 NOTIFICATION_AUTOMATION_NAME: str = DECLARED["failure_notification"]["name"]
 
-#: what prefect.yaml sets as PREFECT_FLOWS_HEARTBEAT_FREQUENCY (Prefect's minimum is 30 s)
-HEARTBEAT_SECONDS = 30
-#: three missed heartbeats: a busy machine may delay one, not three
-DEFAULT_GRACE_SECONDS = 90
 GRACE_ENV = "COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS"
 WEBHOOK_ENV = "COMPLIANCE_NOTIFY_WEBHOOK_URL"
 BLOCK_ENV = "COMPLIANCE_NOTIFY_BLOCK"
@@ -125,17 +122,7 @@ async def _ensure(automation: AutomationCore, note: str, block_id: UUID | None =
 # ----------------------------------------------------------------------------- crashed runs
 def grace_seconds() -> int:
     """The grace period, from COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS (default 90 s)."""
-    raw = os.environ.get(GRACE_ENV, str(DEFAULT_GRACE_SECONDS))
-    try:
-        seconds = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{GRACE_ENV}={raw!r} is not a whole number of seconds") from None
-    if seconds <= HEARTBEAT_SECONDS:
-        raise ConfigurationError(
-            f"{GRACE_ENV}={seconds} must be longer than the {HEARTBEAT_SECONDS} s between "
-            "heartbeats, or live runs would be marked Crashed"
-        )
-    return seconds
+    return deployment_settings().unresponsive_run_grace_seconds
 
 
 async def ensure_unresponsive_run_detection() -> str:
@@ -148,25 +135,8 @@ async def ensure_unresponsive_run_detection() -> str:
 def webhook_url() -> str | None:
     """COMPLIANCE_NOTIFY_WEBHOOK_URL, checked: an absolute http(s) URL. Errors never repeat the
     URL's path or query (often its secret token)."""
-    raw = os.environ.get(WEBHOOK_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        parts = urlsplit(raw)
-        parts.port  # noqa: B018 - raises ValueError for a malformed port
-    except ValueError:
-        raise ConfigurationError(
-            f"{WEBHOOK_ENV} is not a valid URL; expected an absolute http(s) URL such as "
-            "https://hooks.slack.com/services/..."
-        ) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
-        host = "a host" if parts.hostname else "no host"
-        raise ConfigurationError(
-            f"{WEBHOOK_ENV} must be an absolute http(s) URL such as "
-            f"https://hooks.slack.com/services/...; it has {scheme} and {host}"
-        )
-    return raw
+    url = deployment_settings().notify_webhook_url
+    return url.get_secret_value() if url is not None else None
 
 
 def shown(url: str) -> str:
@@ -179,15 +149,10 @@ def shown(url: str) -> str:
 
 def named_block() -> tuple[str, str] | None:
     """COMPLIANCE_NOTIFY_BLOCK as (block type slug, block name)."""
-    raw = os.environ.get(BLOCK_ENV, "").strip()
-    if not raw:
+    raw = deployment_settings().notify_block
+    if raw is None:
         return None
-    slug, slash, name = raw.partition("/")
-    if not slash or not slug or not name or "/" in name:
-        raise ConfigurationError(
-            f"{BLOCK_ENV}={raw!r} must be <block-type-slug>/<block-name> of a notification block, "
-            "e.g. slack-webhook/compliance-alerts (`prefect block ls` lists them)"
-        )
+    slug, _, name = raw.partition("/")
     return slug, name
 
 

@@ -7,13 +7,12 @@ in order and prints what each did.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
 
 from prefect.client.orchestration import get_client
 from prefect.exceptions import ObjectNotFound
 
-from compliance_api.settings import Settings
+from deployments.settings import deployment_settings
 
 # The token endpoint allows 5 calls per minute (spec §8). A Prefect rate limit is a token
 # bucket, so up to ``limit + 60 * decay`` calls can land in one minute: 1 + 60 / 15 = 5.
@@ -24,8 +23,7 @@ assert TOKEN_RATE_LIMIT_SLOTS + 60 * TOKEN_RATE_LIMIT_DECAY_PER_SECOND <= 5
 
 def token_rate_limit_name() -> str:
     """The limit's name, from COMPLIANCE_TOKEN_RATE_LIMIT_NAME without needing credentials."""
-    default = str(Settings.model_fields["token_rate_limit_name"].default)
-    return os.environ.get("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", default)
+    return deployment_settings().token_rate_limit_name
 
 
 async def ensure_token_rate_limit(name: str | None = None) -> str:

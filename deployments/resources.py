@@ -8,7 +8,6 @@ this machine), and an existing work pool is only checked for its type.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +26,7 @@ from audit_log.checkpoints import (
     VariableCheckpointStore,
 )
 from compliance_api.errors import ConfigurationError
-from compliance_api.settings import Settings
+from deployments.settings import deployment_settings
 from runtime.credentials import (
     BLOCK_TYPE_NAME,
     BLOCK_TYPE_SLUG,
@@ -53,9 +52,6 @@ DEFAULT_RERUN_DELAY_SECONDS = 120
 DEFAULT_RERUN_MAX_ATTEMPTS = 3
 #: crashes of one run, the first included, before crash recovery leaves it to an operator
 DEFAULT_CRASH_MAX_ATTEMPTS = 3
-#: flow runs of the work pool at once: excess runs wait (Scheduled) instead of overrunning a
-#: small Prefect server; an operator's own value on an existing pool is kept
-DEFAULT_WORK_POOL_CONCURRENCY = 8
 WORK_POOL_CONCURRENCY_ENV = "COMPLIANCE_WORK_POOL_CONCURRENCY"
 
 
@@ -68,9 +64,7 @@ class VariableDefault:
 
 def state_dir() -> Path:
     """COMPLIANCE_STATE_DIR, read without needing credentials (bootstrap has none)."""
-    configured = os.environ.get("COMPLIANCE_STATE_DIR")
-    default = Settings.model_fields["state_dir"].default
-    return Path(configured).expanduser() if configured else Path(default)
+    return deployment_settings().state_dir
 
 
 def variable_defaults() -> list[VariableDefault]:
@@ -100,16 +94,7 @@ def variable_defaults() -> list[VariableDefault]:
 
 def work_pool_concurrency() -> int:
     """COMPLIANCE_WORK_POOL_CONCURRENCY (default 8): flow runs of the pool at once."""
-    raw = os.environ.get(WORK_POOL_CONCURRENCY_ENV, str(DEFAULT_WORK_POOL_CONCURRENCY))
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 1000:
-        raise ConfigurationError(
-            f"{WORK_POOL_CONCURRENCY_ENV}={raw!r}: must be a whole number from 1 to 1000"
-        )
-    return value
+    return deployment_settings().work_pool_concurrency
 
 
 async def ensure_work_pool(name: str = WORK_POOL_NAME) -> str:

@@ -31,7 +31,6 @@ from typing import Literal
 from prefect.settings import get_current_settings
 
 from compliance_api.client import ComplianceClient
-from compliance_api.errors import ConfigurationError
 from compliance_api.settings import Settings
 from compliance_api.tokens import TokenBroker, broker_from_settings, secret_fingerprint
 from compliance_api.tokens.factory import local_limiter, local_lock, local_store
@@ -40,13 +39,13 @@ from compliance_api.tokens.lock import TokenLock
 from compliance_api.tokens.store import TokenStore
 from runtime.credentials import forget_credentials, load_run_settings, run_settings
 from runtime.retries import log_client_retry
+from runtime.settings import runtime_settings
 from runtime.token_backends import (
     PrefectRateLimiter,
     PrefectTokenLock,
     PrefectVariableTokenStore,
 )
 
-STORE_ENV = "COMPLIANCE_TOKEN_STORE"  # noqa: S105 - an environment variable name
 StoreKind = Literal["local", "prefect"]
 
 _brokers: dict[tuple[object, ...], TokenBroker] = {}
@@ -58,10 +57,8 @@ def prefect_api_configured() -> bool:
 
 
 def store_kind() -> StoreKind:
-    value = os.environ.get(STORE_ENV, "local").strip().lower() or "local"
-    if value not in ("local", "prefect"):
-        raise ConfigurationError(f"{STORE_ENV}={value!r}: expected 'local' or 'prefect'")
-    return "prefect" if value == "prefect" else "local"
+    """COMPLIANCE_TOKEN_STORE, checked by ``RuntimeSettings``."""
+    return runtime_settings().token_store
 
 
 def _limiter(settings: Settings) -> RateLimiter:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import threading
 import weakref
@@ -47,6 +46,7 @@ from compliance_api.settings import (
     load_settings,
     load_settings_from,
 )
+from runtime.settings import runtime_settings
 
 CREDENTIALS_BLOCK_ENV = "COMPLIANCE_CREDENTIALS_BLOCK"
 BLOCK_TYPE_NAME = "Compliance Credentials"
@@ -181,7 +181,7 @@ class ComplianceCredentials(Block):
 # --------------------------------------------------------------------------- loading
 def credentials_block_name() -> str | None:
     """The block named by COMPLIANCE_CREDENTIALS_BLOCK (process environment only), or None."""
-    return os.environ.get(CREDENTIALS_BLOCK_ENV, "").strip() or None
+    return runtime_settings().credentials_block
 
 
 def _api_url() -> str | None:

@@ -1,0 +1,124 @@
+"""What bootstrap and the deployments read from ``COMPLIANCE_*`` variables.
+
+Read from the process environment only (never ``.env``), and without credentials: bootstrap
+has none. ``COMPLIANCE_STATE_DIR`` and ``COMPLIANCE_TOKEN_RATE_LIMIT_NAME`` are client settings
+too (``compliance_api.settings.Settings``), which also gives their defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from compliance_api.settings import ENV_PREFIX, Settings, environment_settings
+
+#: what prefect.yaml sets as PREFECT_FLOWS_HEARTBEAT_FREQUENCY (Prefect's minimum is 30 s)
+HEARTBEAT_SECONDS = 30
+#: three missed heartbeats: a busy machine may delay one, not three
+DEFAULT_GRACE_SECONDS = 90
+#: flow runs of the work pool at once: excess runs wait (Scheduled) instead of overrunning a
+#: small Prefect server; an operator's own value on an existing pool is kept
+DEFAULT_WORK_POOL_CONCURRENCY = 8
+
+DEFAULT_STATE_DIR: Path = Settings.model_fields["state_dir"].default
+DEFAULT_TOKEN_RATE_LIMIT_NAME: str = Settings.model_fields["token_rate_limit_name"].default
+
+
+def _blank_is_unset(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip() or None
+    return value
+
+
+class DeploymentSettings(BaseSettings):
+    """Bootstrap's settings: state directory, work pool, token rate limit, automations."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    #: local state; bootstrap puts the default export directory under it
+    state_dir: Path = DEFAULT_STATE_DIR
+    #: flow runs of the work pool at once (a new pool only)
+    work_pool_concurrency: int = Field(
+        default=DEFAULT_WORK_POOL_CONCURRENCY,
+        ge=1,
+        le=1000,
+        description="a whole number from 1 to 1000",
+    )
+    #: the Prefect global concurrency limit that throttles token-endpoint calls
+    token_rate_limit_name: str = DEFAULT_TOKEN_RATE_LIMIT_NAME
+    #: silence after a heartbeat before a run is marked Crashed
+    unresponsive_run_grace_seconds: int = Field(
+        default=DEFAULT_GRACE_SECONDS,
+        gt=HEARTBEAT_SECONDS,
+        description=(
+            f"a whole number of seconds longer than the {HEARTBEAT_SECONDS} s between "
+            "heartbeats, or live runs would be marked Crashed"
+        ),
+    )
+    #: where failed write runs are notified: an absolute http(s) URL, kept secret (its path is
+    #: often a token), so errors name only what is wrong with it
+    notify_webhook_url: SecretStr | None = None
+    #: or ``<block-type-slug>/<block-name>`` of an operator's notification block
+    notify_block: str | None = None
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _blank_state_dir_is_default(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return DEFAULT_STATE_DIR
+        return value
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand_user(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @field_validator("notify_webhook_url", "notify_block", mode="before")
+    @classmethod
+    def _blank(cls, value: Any) -> Any:
+        return _blank_is_unset(value)
+
+    @field_validator("notify_webhook_url")
+    @classmethod
+    def _check_webhook_url(cls, value: SecretStr | None) -> SecretStr | None:
+        """An absolute http(s) URL; the message never repeats its path or query."""
+        if value is None:
+            return None
+        try:
+            parts = urlsplit(value.get_secret_value())
+            parts.port  # noqa: B018 - raises ValueError for a malformed port
+        except ValueError:
+            raise ValueError(
+                "not a valid URL; expected an absolute http(s) URL such as "
+                "https://hooks.slack.com/services/..."
+            ) from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+            host = "a host" if parts.hostname else "no host"
+            raise ValueError(
+                "must be an absolute http(s) URL such as "
+                f"https://hooks.slack.com/services/...; it has {scheme} and {host}"
+            )
+        return value
+
+    @field_validator("notify_block")
+    @classmethod
+    def _check_block(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        slug, slash, name = value.partition("/")
+        if not slash or not slug or not name or "/" in name:
+            raise ValueError(
+                "must be <block-type-slug>/<block-name> of a notification block, "
+                "e.g. slack-webhook/compliance-alerts (`prefect block ls` lists them)"
+            )
+        return value
+
+
+def deployment_settings() -> DeploymentSettings:
+    """Read now (tests and ``make serve`` change the environment between steps)."""
+    return environment_settings(DeploymentSettings)
