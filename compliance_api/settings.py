@@ -276,6 +276,13 @@ def load_settings_from(
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
 
+def blank_is_unset(value: Any) -> Any:
+    """A ``before`` validator: an empty or blank variable (``COMPLIANCE_X=``) means "not set"."""
+    if isinstance(value, str):
+        return value.strip() or None
+    return value
+
+
 def _is_secret(cls: type[BaseSettings], field_name: str) -> bool:
     field = cls.model_fields.get(field_name)
     return field is not None and "SecretStr" in repr(field.annotation)

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from compliance_api.settings import ENV_PREFIX, Settings, environment_settings
+from compliance_api.settings import ENV_PREFIX, Settings, blank_is_unset, environment_settings
 
 #: what prefect.yaml sets as PREFECT_FLOWS_HEARTBEAT_FREQUENCY (Prefect's minimum is 30 s)
 HEARTBEAT_SECONDS = 30
@@ -26,12 +26,6 @@ DEFAULT_WORK_POOL_CONCURRENCY = 8
 
 DEFAULT_STATE_DIR: Path = Settings.model_fields["state_dir"].default
 DEFAULT_TOKEN_RATE_LIMIT_NAME: str = Settings.model_fields["token_rate_limit_name"].default
-
-
-def _blank_is_unset(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.strip() or None
-    return value
 
 
 class DeploymentSettings(BaseSettings):
@@ -80,7 +74,7 @@ class DeploymentSettings(BaseSettings):
     @field_validator("notify_webhook_url", "notify_block", mode="before")
     @classmethod
     def _blank(cls, value: Any) -> Any:
-        return _blank_is_unset(value)
+        return blank_is_unset(value)
 
     @field_validator("notify_webhook_url")
     @classmethod

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from compliance_api.settings import ENV_PREFIX, environment_settings
+from compliance_api.settings import ENV_PREFIX, blank_is_unset, environment_settings
 
 
 class RuntimeSettings(BaseSettings):
@@ -35,9 +35,7 @@ class RuntimeSettings(BaseSettings):
     @field_validator("credentials_block", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return value.strip() or None
-        return value
+        return blank_is_unset(value)
 
 
 def runtime_settings() -> RuntimeSettings:
