@@ -44,11 +44,12 @@ class NewTargets:
     """The targets found after a checkpoint, and the checkpoint once they are handled."""
 
     source: AuditLogSource
-    ids: list[str] = field(default_factory=list)
-    checkpoint: EventLogCheckpoint | None = None
-    entries_read: int = 0
     #: the checkpoint the run started from
-    loaded: EventLogCheckpoint | None = None
+    loaded: EventLogCheckpoint
+    #: the checkpoint after the last page read
+    checkpoint: EventLogCheckpoint
+    ids: list[str] = field(default_factory=list)
+    entries_read: int = 0
 
 
 async def read_new_targets(source: AuditLogSource, *, page_size: int = 100) -> NewTargets:
@@ -89,7 +90,7 @@ async def read_new_targets(source: AuditLogSource, *, page_size: int = 100) -> N
 
 async def commit(found: NewTargets) -> None:
     """Move the checkpoint past what ``found`` read: call once every target is handled."""
-    if found.checkpoint is not None and found.checkpoint != found.loaded:
+    if found.checkpoint != found.loaded:
         store = VariableCheckpointStore(found.source.checkpoint_variable)
         await save_log_checkpoint(store, found.checkpoint)
 
