@@ -32,7 +32,7 @@ from write_engine.inputs import (
     split_list,
 )
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
+from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, failure, run_write_job
 
 FLOW_KEY = "update-account-tags"
 #: in a CSV ``tag_ids`` cell: remove every tag of the category (an empty cell is an error)
@@ -296,7 +296,7 @@ async def update_account_tags(
     accounts: Annotated[Maybe[list[dict[str, Any]]], title("Accounts")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,
     dry_run: Annotated[bool, title("Dry run")] = False,
-    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Set tags per category (and optionally name, email domain, custom fields) on accounts.
 

@@ -33,7 +33,7 @@ from write_engine.inputs import (
     parse_items,
 )
 from write_engine.outcomes import AnyResult, Done, ItemResult, Outcome, RunSummary
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
+from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, failure, run_write_job
 
 FLOW_KEY = "add-people-to-groups"
 CHUNK_SIZE = MAX_ADD_PEOPLE
@@ -183,7 +183,7 @@ async def add_people_to_groups(
     person_ids: Annotated[Maybe[list[str]], title("Person ids")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,
     dry_run: Annotated[bool, title("Dry run")] = False,
-    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Add people to one or more groups, 100 people per call.
 

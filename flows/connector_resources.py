@@ -18,13 +18,12 @@ digests keep counters and a bounded number of rows.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 from prefect import flow, get_run_logger
 from prefect.events import Event
 from pydantic import BaseModel, Field
 
-from compliance_api.errors import InputError
 from read_reports.connector_digests import (
     MAX_LISTED_PER_TRAINEE,
     SEVERITY_BANDS,
@@ -33,11 +32,7 @@ from read_reports.connector_digests import (
     severity_of,
 )
 from read_reports.events import training_overdue_event, vulnerability_event
-from read_reports.filters import (
-    check_positive_int,
-    check_resource_id,
-    parse_timestamp,
-)
+from read_reports.filters import parse_timestamp
 from read_reports.tables import (
     artifact_key,
     markdown_table,
@@ -47,14 +42,13 @@ from read_reports.tables import (
 )
 from runtime.connection import compliance_client
 from runtime.events import EventSink
-from runtime.form import Maybe, one_of, title
+from runtime.form import AtLeastOne, Maybe, NonBlank, Severity, title
 from runtime.task_inputs import unwalked
 from tasks.connector_resources import read_package_vulnerabilities, read_security_training
 from tasks.events import send_events
 
-KNOWN_FRAMEWORKS = ("SOC2", "ISO27001", "HIPAA", "PCI", "GDPR", "CCPA")
-#: the form offers the known frameworks; the flow checks (and upper-cases) the values itself
-Framework = Annotated[str, one_of(*KNOWN_FRAMEWORKS)]
+Framework = Literal["SOC2", "ISO27001", "HIPAA", "PCI", "GDPR", "CCPA"]
+KNOWN_FRAMEWORKS: tuple[Framework, ...] = get_args(Framework)
 
 
 class VulnerabilityReport(BaseModel):
@@ -73,38 +67,14 @@ class TrainingReport(BaseModel):
     trainees: list[dict[str, Any]] = Field(default_factory=list)
 
 
-def _check_severity(parameter: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10:
-        raise InputError(parameter, value, "must be a severity from 0 to 10")
-    return float(value)
-
-
-def _check_frameworks(value: list[str] | None) -> frozenset[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        raise InputError("frameworks", value, "must be a list, e.g. ['SOC2', 'HIPAA']")
-    chosen = set()
-    for framework in value:
-        name = str(framework).strip().upper()
-        if name not in KNOWN_FRAMEWORKS:
-            raise InputError(
-                "frameworks",
-                framework,
-                f"unknown framework; allowed: {', '.join(KNOWN_FRAMEWORKS)}",
-            )
-        chosen.add(name)
-    return frozenset(chosen) or None
-
-
 @flow(name="package-vulnerability-digest")
 async def package_vulnerability_digest(
-    resource_id: Annotated[str, title("Connector resource id")],
-    min_severity: Annotated[float, title("Minimum severity")] = 0.0,
-    event_min_severity: Annotated[float, title("Action severity")] = 9.0,
+    resource_id: Annotated[NonBlank, title("Connector resource id")],
+    min_severity: Annotated[Severity, title("Minimum severity")] = 0.0,
+    event_min_severity: Annotated[Severity, title("Action severity")] = 9.0,
     event_reachable_only: Annotated[bool, title("Reachable findings only")] = True,
     emit_events: Annotated[bool, title("Send events")] = True,
-    top_n: Annotated[int, title("Findings listed")] = 100,
+    top_n: Annotated[AtLeastOne, title("Findings listed")] = 100,
 ) -> VulnerabilityReport:
     """Digest one connector resource's vulnerable packages; events for what needs action now.
 
@@ -122,12 +92,8 @@ async def package_vulnerability_digest(
         top_n: How many findings the table lists, reachable and resolvable first, then by
             severity.
     """
-    resource_id = check_resource_id(resource_id)
-    floor = _check_severity("min_severity", min_severity)
-    action_floor = _check_severity("event_min_severity", event_min_severity)
-    top_n = check_positive_int("top_n", top_n)
     as_of = datetime.now(UTC)
-    digest = VulnerabilityDigest(top_n=top_n, min_severity=floor)
+    digest = VulnerabilityDigest(top_n=top_n, min_severity=min_severity)
     events: list[Event] = []
     action_required = 0
     async with compliance_client() as client:
@@ -138,7 +104,7 @@ async def package_vulnerability_digest(
         needs_action = (
             band is not None
             and score is not None
-            and score >= action_floor
+            and score >= event_min_severity
             and (vulnerability.is_reachable or not event_reachable_only)
         )
         if needs_action:
@@ -150,7 +116,7 @@ async def package_vulnerability_digest(
     if events:
         async with EventSink() as sink:
             sent = await send_events(sink, unwalked(events))
-    await _publish_vulnerabilities(resource_id, digest, action_required, action_floor)
+    await _publish_vulnerabilities(resource_id, digest, action_required, event_min_severity)
     get_run_logger().info(
         "%s findings for %s; %s need action (%s events sent)",
         digest.total,
@@ -206,11 +172,11 @@ async def _publish_vulnerabilities(
 
 @flow(name="security-training-report")
 async def security_training_report(
-    resource_id: Annotated[str, title("Connector resource id")],
+    resource_id: Annotated[NonBlank, title("Connector resource id")],
     frameworks: Annotated[Maybe[list[Framework]], title("Frameworks")] = None,
     as_of: Annotated[Maybe[str], title("Report time")] = None,
     emit_events: Annotated[bool, title("Send events")] = True,
-    top_n: Annotated[int, title("Trainees listed")] = 100,
+    top_n: Annotated[AtLeastOne, title("Trainees listed")] = 100,
 ) -> TrainingReport:
     """Incomplete and overdue security training by trainee and framework; events per trainee.
 
@@ -224,11 +190,8 @@ async def security_training_report(
             overdue training (listing what is overdue).
         top_n: How many trainees the table lists, most overdue first.
     """
-    resource_id = check_resource_id(resource_id)
-    chosen = _check_frameworks(frameworks)
     moment = parse_timestamp("as_of", as_of) or datetime.now(UTC)
-    top_n = check_positive_int("top_n", top_n)
-    digest = TrainingDigest(as_of=moment, frameworks=chosen)
+    digest = TrainingDigest(as_of=moment, frameworks=frozenset(frameworks or ()) or None)
     async with compliance_client() as client:
         rows = await read_security_training(client, resource_id)
     for row in rows:

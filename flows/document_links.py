@@ -43,6 +43,7 @@ from write_engine.link_ledger import LedgerEntry, LinkLedger
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
 from write_engine.run import (
     DEFAULT_CONCURRENCY,
+    Concurrency,
     WriteJob,
     classify,
     current_flow_run_id,
@@ -217,7 +218,7 @@ async def attach_document_links(
     input_file: Annotated[Maybe[str], title("Manifest file")] = None,
     unconfirmed_links: Annotated[UnconfirmedLinks, title("Unconfirmed links")] = "report",
     dry_run: Annotated[bool, title("Dry run")] = False,
-    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Attach links to documents from a manifest, never attaching the same link twice.
 

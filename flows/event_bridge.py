@@ -21,7 +21,6 @@ date never repeats them either. Memory holds one page, however long the log.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Annotated
@@ -37,16 +36,10 @@ from audit_log.checkpoints import (
 )
 from audit_log.events import audit_event
 from audit_log.reading import iter_new_pages
-from compliance_api.client import check_page_size
-from compliance_api.errors import InputError
-from read_reports.filters import (
-    check_max_pages,
-    check_non_negative,
-    parse_timestamp,
-)
+from read_reports.filters import parse_timestamp
 from runtime.connection import compliance_client
 from runtime.events import EventSink
-from runtime.form import Maybe, title
+from runtime.form import AtLeastOne, Maybe, NonBlank, PageSize, Seconds, title
 from runtime.locks import LockTimeoutError
 from runtime.task_inputs import unwalked
 from tasks.event_logs import load_log_checkpoint, save_log_checkpoint
@@ -54,8 +47,8 @@ from tasks.events import send_events
 
 DEFAULT_CHECKPOINT_VARIABLE = BRIDGE_CHECKPOINT_VARIABLE
 DEFAULT_LOCK = "compliance-event-bridge"
-#: Prefect Variable names: letters, digits, dashes and underscores
-_VARIABLE_NAME = re.compile(r"^[a-z0-9_-]{1,255}$")
+#: Prefect Variable names: lowercase letters, digits, dashes and underscores
+VariableName = Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,255}$")]
 #: distinct event names counted in a run's result (an audit log has a few dozen actions)
 MAX_COUNTED_NAMES = 200
 
@@ -72,22 +65,16 @@ class BridgeResult(BaseModel):
     checkpoint: dict[str, object] = Field(default_factory=dict)
 
 
-def check_variable_name(parameter: str, value: str) -> str:
-    if not isinstance(value, str) or not _VARIABLE_NAME.match(value):
-        raise InputError(
-            parameter, value, "must be 1-255 lowercase letters, digits, '-' or '_' characters"
-        )
-    return value
-
-
 @flow(name="bridge-event-log")
 async def bridge_event_log(
     start_date: Annotated[Maybe[str], title("Start date")] = None,
-    page_size: Annotated[int, title("Page size")] = 100,
-    max_pages: Annotated[Maybe[int], title("Max pages")] = None,
-    checkpoint_variable: Annotated[str, title("Checkpoint variable")] = DEFAULT_CHECKPOINT_VARIABLE,
-    lock_name: Annotated[str, title("Lock name")] = DEFAULT_LOCK,
-    lock_wait_seconds: Annotated[float, title("Lock wait (seconds)")] = 60.0,
+    page_size: Annotated[PageSize, title("Page size")] = 100,
+    max_pages: Annotated[Maybe[AtLeastOne], title("Max pages")] = None,
+    checkpoint_variable: Annotated[
+        VariableName, title("Checkpoint variable")
+    ] = DEFAULT_CHECKPOINT_VARIABLE,
+    lock_name: Annotated[NonBlank, title("Lock name")] = DEFAULT_LOCK,
+    lock_wait_seconds: Annotated[Seconds, title("Lock wait (seconds)")] = 60.0,
     reset_checkpoint: Annotated[bool, title("Reset checkpoint")] = False,
 ) -> BridgeResult:
     """Emit one Prefect event per new audit-log entry, resuming from the stored checkpoint.
@@ -107,12 +94,6 @@ async def bridge_event_log(
         reset_checkpoint: Ignore the stored checkpoint and start again at the start date.
     """
     first_start = parse_timestamp("start_date", start_date)
-    page_size = check_page_size(page_size)
-    max_pages = check_max_pages(max_pages)
-    check_variable_name("checkpoint_variable", checkpoint_variable)
-    check_non_negative("lock_wait_seconds", lock_wait_seconds)
-    if not isinstance(lock_name, str) or not lock_name.strip():
-        raise InputError("lock_name", lock_name, "must be a non-empty lock name")
     logger = get_run_logger()
     try:
         async with exclusive_run(lock_name, lock_wait_seconds):

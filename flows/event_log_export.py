@@ -28,16 +28,11 @@ from pydantic import BaseModel, Field
 from audit_log.checkpoints import EventLogCheckpoint, exclusive_run
 from audit_log.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
 from audit_log.reading import iter_new_pages
-from compliance_api.client import check_page_size
 from compliance_api.errors import InputError
-from read_reports.filters import (
-    check_max_pages,
-    check_non_negative,
-    parse_timestamp,
-)
+from read_reports.filters import parse_timestamp
 from read_reports.tables import markdown_table, publish_markdown
 from runtime.connection import compliance_client
-from runtime.form import Maybe, title
+from runtime.form import AtLeastOne, Maybe, NonBlank, PageSize, Seconds, title
 from runtime.locks import LockTimeoutError
 from runtime.task_inputs import unwalked
 from tasks.event_logs import write_export_page
@@ -71,10 +66,10 @@ def _output_dir(value: str) -> Path:
 async def export_event_log(
     output_dir: Annotated[str, title("Output directory")],
     start_date: Annotated[Maybe[str], title("Start date")] = None,
-    page_size: Annotated[int, title("Page size")] = 100,
-    max_pages: Annotated[Maybe[int], title("Max pages")] = None,
-    lock_name: Annotated[str, title("Lock name")] = DEFAULT_LOCK,
-    lock_wait_seconds: Annotated[float, title("Lock wait (seconds)")] = 60.0,
+    page_size: Annotated[PageSize, title("Page size")] = 100,
+    max_pages: Annotated[Maybe[AtLeastOne], title("Max pages")] = None,
+    lock_name: Annotated[NonBlank, title("Lock name")] = DEFAULT_LOCK,
+    lock_wait_seconds: Annotated[Seconds, title("Lock wait (seconds)")] = 60.0,
 ) -> ExportResult:
     """Append new audit-log entries to output_dir/event-log-YYYY-MM-DD.jsonl, exactly once.
 
@@ -94,11 +89,6 @@ async def export_event_log(
     """
     directory = _output_dir(output_dir)
     first_start = parse_timestamp("start_date", start_date)
-    page_size = check_page_size(page_size)
-    max_pages = check_max_pages(max_pages)
-    check_non_negative("lock_wait_seconds", lock_wait_seconds)
-    if not isinstance(lock_name, str) or not lock_name.strip():
-        raise InputError("lock_name", lock_name, "must be a non-empty lock name")
     directory.mkdir(parents=True, exist_ok=True)
     logger = get_run_logger()
     try:

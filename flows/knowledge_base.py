@@ -18,39 +18,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.events import Event
 from pydantic import BaseModel, Field
 
-from compliance_api.client import ComplianceClient, check_page_size
-from compliance_api.errors import InputError
-from compliance_api.models import (
-    KnowledgeBaseResourceType,
-    Page,
-)
+from compliance_api.client import ComplianceClient
+from compliance_api.models import Page
 from read_reports.events import kb_item_event
 from read_reports.filters import (
     ListFilters,
-    check_non_negative,
-    check_positive_int,
     parse_timestamp,
 )
 from read_reports.freshness import FreshnessRules, FreshnessTally, Reason, as_item
 from read_reports.tables import markdown_table, publish_markdown, publish_table, shown_note
 from runtime.connection import compliance_client
 from runtime.events import EventSink
-from runtime.form import Maybe, one_of, title
+from runtime.form import AtLeastOne, Maybe, NonNegative, PageSize, title
 from runtime.task_inputs import unwalked
 from tasks.events import send_events
 from tasks.knowledge_base import read_answers_page, read_resources_page
 
 Source = Literal["resources", "answer_library"]
 SOURCES: tuple[Source, ...] = ("resources", "answer_library")
-#: choices the form offers; the flow checks the values itself (its error names the field)
-SourceChoice = Annotated[str, one_of(*get_args(Source))]
-ResourceType = Annotated[str, one_of(*(member.value for member in KnowledgeBaseResourceType))]
+Sources = Annotated[list[Source], Field(min_length=1)]
+#: the values of ``KnowledgeBaseResourceType`` (a test keeps them equal)
+ResourceType = Literal["FILE", "URL"]
 
 
 class FreshnessReport(BaseModel):
@@ -76,7 +70,7 @@ class FreshnessParameters:
         self,
         *,
         filters: ListFilters,
-        sources: Sequence[str],
+        sources: Sequence[Source],
         expiring_within_days: int,
         not_verified_days: int,
         as_of: str | None,
@@ -84,38 +78,22 @@ class FreshnessParameters:
         top_n: int,
     ) -> None:
         self.filters = filters
-        self.sources = _check_sources(sources)
-        check_non_negative("expiring_within_days", expiring_within_days)
-        check_non_negative("not_verified_days", not_verified_days)
+        self.sources = list(dict.fromkeys(sources))
         self.rules = FreshnessRules(
             as_of=parse_timestamp("as_of", as_of) or datetime.now(UTC),
-            expiring_within_days=int(expiring_within_days),
-            not_verified_days=int(not_verified_days),
+            expiring_within_days=expiring_within_days,
+            not_verified_days=not_verified_days,
         )
-        self.page_size = check_page_size(page_size)
-        self.top_n = check_positive_int("top_n", top_n)
+        self.page_size = page_size
+        self.top_n = top_n
         # Build the API filters now: their own checks must fail before the first call too.
         self.resource_filter = filters.for_resources()
         self.answer_filter = filters.for_answer_library()
 
 
-def _default_sources(types: list[str] | None) -> list[str]:
+def _default_sources(types: list[ResourceType] | None) -> list[Source]:
     """A type filter means "these resources": answers have no type, so they are left out."""
     return ["resources"] if types else list(SOURCES)
-
-
-def _check_sources(sources: Sequence[str]) -> list[Source]:
-    if isinstance(sources, str):
-        sources = [sources]
-    chosen: list[Source] = []
-    for source in sources:
-        if source not in SOURCES:
-            raise InputError("sources", source, f"unknown source; allowed: {', '.join(SOURCES)}")
-        if source not in chosen:
-            chosen.append(source)
-    if not chosen:
-        raise InputError("sources", list(sources), "choose at least one source")
-    return chosen
 
 
 async def scan_source(
@@ -211,13 +189,15 @@ async def knowledge_base_freshness(
     last_updated_before: Annotated[Maybe[str], title("Updated before")] = None,
     expires_after: Annotated[Maybe[str], title("Expires after")] = None,
     expires_before: Annotated[Maybe[str], title("Expires before")] = None,
-    expiring_within_days: Annotated[int, title("Expiring within (days)")] = 30,
-    not_verified_days: Annotated[int, title("Not verified for (days)")] = 180,
-    sources: Annotated[Maybe[list[SourceChoice]], title("Sources")] = None,
+    expiring_within_days: Annotated[NonNegative, title("Expiring within (days)")] = 30,
+    not_verified_days: Annotated[NonNegative, title("Not verified for (days)")] = 180,
+    sources: Annotated[
+        Maybe[Annotated[list[Source], Field(min_length=1)]], title("Sources")
+    ] = None,
     as_of: Annotated[Maybe[str], title("Report time")] = None,
     emit_events: Annotated[bool, title("Send events")] = True,
-    page_size: Annotated[int, title("Page size")] = 100,
-    top_n: Annotated[int, title("Most urgent items listed")] = 50,
+    page_size: Annotated[PageSize, title("Page size")] = 100,
+    top_n: Annotated[AtLeastOne, title("Most urgent items listed")] = 50,
 ) -> FreshnessReport:
     """Report expired, soon-expiring and unverified knowledge-base items, by owner.
 

@@ -36,7 +36,7 @@ from write_engine.inputs import (
     parse_items,
 )
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, failure, run_write_job
+from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, failure, run_write_job
 
 FLOW_KEY = "promote-discovered-vendors"
 #: where ``from_audit_log`` finds its vendors
@@ -167,7 +167,7 @@ async def promote_discovered_vendors(
     input_file: Annotated[Maybe[str], title("Input file")] = None,
     from_audit_log: Annotated[bool, title("Vendors discovered since the last run")] = False,
     dry_run: Annotated[bool, title("Dry run")] = False,
-    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Promote discovered vendors to managed vendors.
 

@@ -46,7 +46,7 @@ from write_engine.inputs import (
     split_list,
 )
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, classify, run_write_job
+from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, classify, run_write_job
 
 FLOW_KEY = "route-questionnaires"
 #: where ``from_audit_log`` finds its questionnaires
@@ -343,7 +343,7 @@ async def route_questionnaires(
     input_file: Annotated[Maybe[str], title("Input file")] = None,
     from_audit_log: Annotated[bool, title("Questionnaires ready since the last run")] = False,
     dry_run: Annotated[bool, title("Dry run")] = False,
-    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
 ) -> RunSummary | State[Any]:
     """Assign, route through review statuses and approve questionnaires.
 

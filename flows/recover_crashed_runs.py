@@ -25,7 +25,7 @@ from typing import Annotated, Literal
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.client.schemas.objects import StateType
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from compliance_api.errors import InputError
 from runtime.form import title
@@ -47,12 +47,6 @@ class RunNotRecovered(RuntimeError):
     """A run crashed ``max_attempts`` times: it waits for an operator."""
 
 
-def _check_max_attempts(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10:
-        raise InputError("max_attempts", value, "must be a whole number from 1 to 10")
-    return value
-
-
 def _flow_run_id(value: str) -> str:
     try:
         return str(flow_run_uuid(value))
@@ -65,7 +59,7 @@ def _flow_run_id(value: str) -> str:
 @flow(name="recover-crashed-run")
 async def recover_crashed_run(
     flow_run_id: Annotated[str, title("Flow run id")],
-    max_attempts: Annotated[int, title("Max crashes")] = DEFAULT_MAX_ATTEMPTS,
+    max_attempts: Annotated[int, Field(ge=1, le=10), title("Max crashes")] = DEFAULT_MAX_ATTEMPTS,
 ) -> RecoveryResult:
     """Start a crashed flow run again, at most max_attempts crashes in all, or report it.
 
@@ -76,7 +70,6 @@ async def recover_crashed_run(
             scheduled again (1 to 10; the first crash counts).
     """
     run_id = _flow_run_id(flow_run_id)
-    max_attempts = _check_max_attempts(max_attempts)
     logger = get_run_logger()
     history = await read_run_history(flow_run_uuid(run_id))
     if history.state_type != StateType.CRASHED:

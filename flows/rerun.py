@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State
-from prefect.exceptions import ObjectNotFound
+from prefect.exceptions import ObjectNotFound, ParameterTypeError
 from prefect.logging import get_run_logger
 
 from compliance_api.errors import ComplianceError, InputError
@@ -39,11 +39,11 @@ from flows.add_people_to_groups import GroupMembership
 from flows.document_links import UnconfirmedLinks, document_links_job
 from flows.promote_vendors import VendorPromotion
 from flows.questionnaires import QuestionnaireRouting
-from runtime.form import Maybe, title
+from runtime.form import AtLeastOne, Maybe, title
 from write_engine.inputs import ItemInput, ParsedItems, dedupe, parse_item
 from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
 from write_engine.reporting import FailedItemsRecord, read_failed_items
-from write_engine.run import DEFAULT_CONCURRENCY, WriteJob, run_write_job
+from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, run_write_job
 
 JobFactory = Callable[[UnconfirmedLinks], AbstractAsyncContextManager[WriteJob[Any]]]
 
@@ -60,13 +60,6 @@ JOBS: dict[str, JobFactory] = {
 DEFAULT_MAX_ATTEMPTS = 5
 #: how a retryable-only rerun reports an earlier failure it did not send
 NOT_RERUN = "not rerun automatically"
-
-
-def _check_run_id(flow_run_id: str) -> str:
-    try:
-        return str(uuid.UUID(flow_run_id.strip()))
-    except (ValueError, AttributeError):
-        raise InputError("flow_run_id", flow_run_id, "is not a flow run id (a UUID)") from None
 
 
 async def _failed_items_of(flow_run_id: str) -> FailedItemsRecord:
@@ -121,12 +114,12 @@ def _split(
 
 @flow(name="rerun-failed-items", flow_run_name="rerun-{flow_run_id}")
 async def rerun_failed_items(
-    flow_run_id: Annotated[str, title("Flow run id")],
-    attempt: Annotated[Maybe[int], title("Attempt")] = None,
-    max_attempts: Annotated[int, title("Max attempts")] = DEFAULT_MAX_ATTEMPTS,
+    flow_run_id: Annotated[uuid.UUID, title("Flow run id")],
+    attempt: Annotated[Maybe[AtLeastOne], title("Attempt")] = None,
+    max_attempts: Annotated[AtLeastOne, title("Max attempts")] = DEFAULT_MAX_ATTEMPTS,
     unconfirmed_links: Annotated[UnconfirmedLinks, title("Unconfirmed links")] = "report",
     dry_run: Annotated[bool, title("Dry run")] = False,
-    concurrency: Annotated[int, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
     retryable_only: Annotated[bool, title("Retryable items only")] = False,
 ) -> RunSummary | State[Any]:
     """Rerun exactly the failed items of an earlier run of any write flow (or of a rerun).
@@ -150,7 +143,7 @@ async def rerun_failed_items(
             automatic rerun does). The others (not found, permission denied, links to review)
             are reported again, unsent, and stay in this run's failed-items record.
     """
-    run_id = _check_run_id(flow_run_id)
+    run_id = str(flow_run_id)
     record = await _failed_items_of(run_id)
     attempt = attempt or record.attempt + 1
     if attempt > max_attempts:
@@ -240,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         if failed.summary.flow_run_id:
             print(f"Rerun those with: python -m flows.rerun {failed.summary.flow_run_id}")
         return 1
-    except ComplianceError as error:
+    except (ComplianceError, ParameterTypeError) as error:
         print(f"Cannot rerun: {error}", file=sys.stderr)
         return 2
     assert isinstance(summary, RunSummary)  # a Failed run raised ItemsFailed above

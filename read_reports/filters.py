@@ -2,8 +2,9 @@
 
 Operators type these into the Prefect UI or a deployment's ``parameters:``; a typo must fail the
 run at once with the parameter's name and the value, not after a dozen pages or as a 400 from the
-service. Every function here raises :class:`~compliance_api.errors.InputError` and never calls
-the API.
+service. What a type can say (ranges, choices) the flows' signatures say (``runtime/form.py``);
+the formats below are the rest. Every function here raises
+:class:`~compliance_api.errors.InputError` and never calls the API.
 """
 
 from __future__ import annotations
@@ -49,28 +50,6 @@ def _as_utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
-def parse_resource_types(
-    parameter: str, value: Sequence[str] | str | None
-) -> list[KnowledgeBaseResourceType] | None:
-    """``FILE`` and/or ``URL`` (case-insensitive); an empty list means no type filter."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = [part for part in value.replace(",", " ").split() if part]
-    allowed = ", ".join(member.value for member in KnowledgeBaseResourceType)
-    types: list[KnowledgeBaseResourceType] = []
-    for item in value:
-        if not isinstance(item, str):
-            raise InputError(parameter, item, f"unknown type; allowed: {allowed}")
-        try:
-            resource_type = KnowledgeBaseResourceType(item.strip().upper())
-        except ValueError:
-            raise InputError(parameter, item, f"unknown type; allowed: {allowed}") from None
-        if resource_type not in types:
-            types.append(resource_type)
-    return types or None
-
-
 def parse_tags(
     parameter: str, value: Sequence[str | Mapping[str, Any]] | None
 ) -> list[TagAssignment] | None:
@@ -106,25 +85,6 @@ def _non_blank_str(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
-def check_max_pages(value: int | None) -> int | None:
-    """How many pages one run may read; empty means "until the end"."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InputError("max_pages", value, "must be empty (no limit) or an integer >= 1")
-    return value
-
-
-def check_non_negative(parameter: str, value: int | float) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InputError(parameter, value, "must be a number of at least 0")
-    return value
-
-
-def check_positive_int(parameter: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(parameter, value, "must be an integer of at least 1")
-    return value
-
-
 def check_window(
     after_name: str, after: datetime | None, before_name: str, before: datetime | None
 ) -> None:
@@ -134,13 +94,6 @@ def check_window(
         )
 
 
-def check_resource_id(value: object, parameter: str = "resource_id") -> str:
-    """Connector-resource ids come from the developer console; a blank one is a slip."""
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(parameter, value, "must be a non-blank connector resource id")
-    return value.strip()
-
-
 class ListFilters:
     """The §4.1/§4.2 filters shared by both knowledge-base lists, parsed once per run."""
 
@@ -148,7 +101,7 @@ class ListFilters:
         self,
         *,
         q: str | None = None,
-        types: Sequence[str] | str | None = None,
+        types: Sequence[str] | None = None,
         tags: Sequence[str | Mapping[str, Any]] | None = None,
         last_updated_after: str | datetime | None = None,
         last_updated_before: str | datetime | None = None,
@@ -158,7 +111,7 @@ class ListFilters:
         if q is not None and not isinstance(q, str):
             raise InputError("q", q, "must be text")
         self.q = q.strip() or None if isinstance(q, str) else None
-        self.types = parse_resource_types("types", types)
+        self.types = [KnowledgeBaseResourceType(t) for t in dict.fromkeys(types or ())] or None
         self.tags = parse_tags("tags", tags)
         self.last_updated_after = parse_timestamp("last_updated_after", last_updated_after)
         self.last_updated_before = parse_timestamp("last_updated_before", last_updated_before)

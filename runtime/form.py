@@ -3,23 +3,36 @@
 Prefect builds the form from the parameter schema of the flow
 (``prefect.utilities.callables.parameter_schema``): a field's help text is the parameter's entry
 in the ``Args:`` section of the flow's docstring, a ``Literal`` becomes a select, and the label is
-the parameter's name. The helpers below go into the signatures as ``Annotated`` metadata and add
-what a plain annotation cannot say. They change the schema only: a direct call validates exactly
-as before, so a bad value still gets the flow's own InputError naming the field. (A run created
-from a deployment is also checked against the schema by the Prefect server, before the flow
-starts.)
+the parameter's name. The helpers below go into the signatures as ``Annotated`` metadata.
+
+The constrained types are the parameters' checks: the form shows their limits, the Prefect server
+refuses a deployment run whose value is out of range before it creates the run (its message names
+the field and the value), and a direct call fails Prefect's parameter validation, naming the
+field and the limit, before the flow's first line runs.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, TypeVar
 
-from pydantic import Field, GetJsonSchemaHandler, WithJsonSchema
+from pydantic import Field, GetJsonSchemaHandler, StringConstraints, WithJsonSchema
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 T = TypeVar("T")
+
+#: a count of things listed or read: 1 or more
+AtLeastOne = Annotated[int, Field(ge=1)]
+#: a number of days or seconds: 0 or more
+NonNegative = Annotated[int, Field(ge=0)]
+Seconds = Annotated[float, Field(ge=0)]
+#: items per API page (spec §4, pagination: 1 to 100)
+PageSize = Annotated[int, Field(ge=1, le=100)]
+#: a CVSS-style severity
+Severity = Annotated[float, Field(ge=0, le=10)]
+#: an id or name typed by hand: surrounding blanks are dropped, nothing left is refused
+NonBlank = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 #: how ``Maybe`` writes "empty" (None) in the schema; see ``_OpensOnValue``
 EMPTY: JsonSchemaValue = {"enum": [None], "title": "None"}

@@ -16,18 +16,18 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any, ClassVar, Generic
+from typing import Annotated, Any, ClassVar, Generic
 
 import anyio
 from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
 from prefect.logging import get_run_logger
 from prefect.states import Failed
+from pydantic import Field
 
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import (
     APIError,
-    InputError,
     NotFoundError,
     PermissionDeniedError,
     RateLimitedError,
@@ -49,6 +49,8 @@ from write_engine.reporting import (
 
 DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 32
+#: how many items a write flow sends at once (its ``concurrency`` parameter)
+Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
 
 
 class WriteJob(ABC, Generic[ItemT]):
@@ -93,12 +95,6 @@ class WriteJob(ABC, Generic[ItemT]):
         ``results`` are the full ItemResult rows the job reported (not the brief ``Done``s).
         """
         return summary
-
-
-def check_concurrency(concurrency: int) -> int:
-    if not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise InputError("concurrency", concurrency, f"must be between 1 and {MAX_CONCURRENCY}")
-    return concurrency
 
 
 def failure(item: ItemInput, error: BaseException, *, prefix: str = "") -> ItemResult:
@@ -167,7 +163,6 @@ async def run_write_job(
     rerun leaves refusals to a person): they keep the run red and stay in its failed-items
     record, so the last run of a chain always lists everything still to do.
     """
-    check_concurrency(concurrency)
     logger = get_run_logger()
     items = parsed.items
     if parsed.duplicates:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from prefect.events import Event
+from prefect.exceptions import ParameterTypeError
 from prefect.variables import Variable
 
 from audit_log.checkpoints import VariableCheckpointStore, exclusive_run
@@ -182,9 +183,9 @@ async def test_max_pages_bounds_a_run_and_the_next_continues(reads_env: SandboxH
 async def test_bad_input_fails_before_any_call(
     reads_env: SandboxHandle, parameters: dict[str, Any], field: str
 ) -> None:
-    with pytest.raises(InputError) as caught:
+    with pytest.raises((InputError, ParameterTypeError)) as caught:
         await bridge_event_log(**parameters)
-    assert caught.value.field == field
+    assert field in str(caught.value)  # the flow's InputError or Prefect's check
     assert no_calls(reads_env)
 
 

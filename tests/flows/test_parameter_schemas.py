@@ -12,11 +12,13 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import uuid
 from pathlib import Path
 from typing import Any, get_args
 
 import pytest
 import yaml
+from prefect.exceptions import ParameterTypeError
 from prefect.flows import Flow, load_flow_from_entrypoint
 from prefect.utilities.callables import (
     parameter_docstrings,
@@ -64,11 +66,24 @@ OPTIONAL_INTS = [
 
 #: values the form would refuse but the flow takes (its own check answers: test_bad_inputs.py)
 LEFT_TO_THE_FLOW = [
-    (KB, {"types": ["PDF"]}),
-    (KB, {"types": ["file"]}),  # case-insensitive
-    (KB, {"sources": ["wiki"]}),
-    (TRAINING, {"resource_id": "r-1", "frameworks": ["soc2", "FEDRAMP"]}),
     (QUESTIONNAIRES, {"route": ["FINISHED", "APPROVED", "in_review"]}),
+]
+
+#: limits the types declare: (entrypoint, parameter, a value out of range, the server's words)
+LIMITS = [
+    (LINKS, "concurrency", 500, "500 is greater than the maximum of 32"),
+    (LINKS, "concurrency", 0, "0 is less than the minimum of 1"),
+    (KB, "page_size", 1000, "1000 is greater than the maximum of 100"),
+    (KB, "top_n", 0, "0 is less than the minimum of 1"),
+    (KB, "expiring_within_days", -1, "-1 is less than the minimum of 0"),
+    (KB, "sources", [], "[] is not valid"),
+    (TRAINING, "top_n", -3, "-3 is less than the minimum of 1"),
+    ("flows/connector_resources.py:package_vulnerability_digest", "min_severity", 11, "11"),
+    ("flows/event_bridge.py:bridge_event_log", "max_pages", 0, "0 is not valid"),
+    ("flows/event_bridge.py:bridge_event_log", "checkpoint_variable", "My Var", "'My Var'"),
+    ("flows/event_log_export.py:export_event_log", "lock_wait_seconds", -1, "-1 is less"),
+    ("flows/recover_crashed_runs.py:recover_crashed_run", "max_attempts", 11, "11 is greater"),
+    (RERUN, "max_attempts", 0, "0 is less than the minimum of 1"),
 ]
 
 
@@ -149,7 +164,7 @@ def test_choice_parameters_are_selects(entrypoint: str, name: str) -> None:
 def test_optional_numbers_are_integers_that_may_be_left_empty(entrypoint: str, name: str) -> None:
     field = prop(entrypoint, name)
     assert field["default"] is None
-    assert branches(field)[0] == {"type": "integer"}  # the branch the form opens on
+    assert branches(field)[0]["type"] == "integer"  # the branch the form opens on
     full = schema(entrypoint)
     for ok in (3, None):
         assert validate({name: ok}, full, ignore_required=True) == [], ok
@@ -192,3 +207,21 @@ def test_choices_in_the_schema_do_not_change_direct_calls(
     answers a wrong choice with an error naming the field and the choices."""
     assert load(entrypoint).validate_parameters(parameters)
     assert validate(parameters, schema(entrypoint), ignore_required=True)  # the form refuses
+
+
+@pytest.mark.parametrize(("entrypoint", "name", "value", "words"), LIMITS, ids=lambda x: str(x))
+def test_limits_are_declared_where_the_form_and_the_server_see_them(
+    entrypoint: str, name: str, value: Any, words: str
+) -> None:
+    """The server refuses a deployment run out of range, naming the field and the value, before
+    a run exists; a direct call fails Prefect's validation naming the field, before the flow's
+    first line (the bad-input catalogue runs those)."""
+    errors = validate({name: value}, schema(entrypoint), ignore_required=True)
+    assert errors, f"{name}={value!r} passed the schema"
+    message = " ".join(error.message for error in errors)
+    assert words in message, message
+    # a UUID-looking string passes every required parameter (ids, paths, run ids)
+    required = {key: str(uuid.uuid4()) for key in schema(entrypoint).get("required", [])}
+    with pytest.raises(ParameterTypeError, match=f"{name}: "):
+        load(entrypoint).validate_parameters(required | {name: value})
+    assert load(entrypoint).validate_parameters(required)  # only the bad value is refused

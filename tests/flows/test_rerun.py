@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 import pytest
+from prefect.exceptions import ParameterTypeError
 
 from compliance_api.errors import InputError
 from flows import rerun as rerun_module
@@ -23,12 +24,12 @@ ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 async def test_rejects_bad_ids_unknown_runs_and_too_many_attempts(
     flows_env: SandboxHandle,
 ) -> None:
-    for flow_run_id, message in [
-        ("nope", "not a flow run id"),
-        (str(uuid.uuid4()), "no such flow run"),
+    for flow_run_id, error, message in [
+        ("nope", ParameterTypeError, "flow_run_id: Input should be a valid UUID"),
+        (str(uuid.uuid4()), InputError, "no such flow run"),
     ]:
         state = await rerun_failed_items(flow_run_id=flow_run_id, return_state=True)
-        with pytest.raises(InputError, match=message):
+        with pytest.raises(error, match=message):
             await state.result()
     first, _ = await run_flow(promote_discovered_vendors, discovered_vendor_ids=["missing"])
     second, summary = await run_flow(rerun_failed_items, flow_run_id=run_id(first))
