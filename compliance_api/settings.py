@@ -21,6 +21,7 @@ from compliance_api.errors import ConfigurationError
 ENV_PREFIX = "COMPLIANCE_"
 DEFAULT_BASE_URL = "http://127.0.0.1:8700"
 DEFAULT_SCOPE_NAMESPACE = "service-api"
+DEFAULT_STATE_DIR = Path.home() / ".compliance-flows"
 
 
 class ApplicationType(StrEnum):
@@ -84,7 +85,28 @@ def _split_words(value: Any) -> Any:
     return value
 
 
-class Settings(BaseSettings):
+class LocalState(BaseSettings):
+    """Where this machine keeps tokens and locks, and the name of the Prefect limit on the token
+    endpoint: the client's settings, and bootstrap's (which has no credentials to load the rest).
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    state_dir: Path = DEFAULT_STATE_DIR
+    token_rate_limit_name: str = "compliance-token-endpoint"  # noqa: S105 - a name
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _blank_state_dir_is_default(cls, value: Any) -> Any:
+        return DEFAULT_STATE_DIR if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand_user(cls, value: Path) -> Path:
+        return value.expanduser()
+
+
+class Settings(LocalState):
     """Connection, credentials and behaviour of the client."""
 
     model_config = SettingsConfigDict(
@@ -108,14 +130,12 @@ class Settings(BaseSettings):
     redirect_uri: str | None = None
     token_encryption_key: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     token_renewal_margin_seconds: int = Field(default=300, ge=0, le=3000)
-    state_dir: Path = Path.home() / ".compliance-flows"
     http_timeout_seconds: float = Field(default=30.0, gt=0)
     max_retries: int = Field(default=5, ge=0, le=20)
     #: the longest backoff between two attempts (it starts at 0.5 s and doubles, full jitter)
     retry_max_wait_seconds: float = Field(default=30.0, ge=0, le=300)
     #: the longest ``Retry-After`` of a 429 the client waits for before sending again
     retry_after_max_seconds: float = Field(default=60.0, ge=0, le=600)
-    token_rate_limit_name: str = "compliance-token-endpoint"  # noqa: S105 - a name
 
     @field_validator("scopes", mode="before")
     @classmethod

@@ -1,20 +1,19 @@
 """What bootstrap and the deployments read from ``COMPLIANCE_*`` variables.
 
 Read from the process environment only (never ``.env``), and without credentials: bootstrap
-has none. ``COMPLIANCE_STATE_DIR`` and ``COMPLIANCE_TOKEN_RATE_LIMIT_NAME`` are client settings
-too (``compliance_api.settings.Settings``), which also gives their defaults.
+has none. ``COMPLIANCE_STATE_DIR`` and ``COMPLIANCE_TOKEN_RATE_LIMIT_NAME`` are declared once, in
+``compliance_api.settings.LocalState``, which both these settings and the client's extend.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from compliance_api.settings import ENV_PREFIX, Settings, blank_is_unset, environment_settings
+from compliance_api.settings import ENV_PREFIX, LocalState, blank_is_unset, environment_settings
 
 #: what prefect.yaml sets as PREFECT_FLOWS_HEARTBEAT_FREQUENCY (Prefect's minimum is 30 s)
 HEARTBEAT_SECONDS = 30
@@ -24,17 +23,12 @@ DEFAULT_GRACE_SECONDS = 90
 #: small Prefect server; an operator's own value on an existing pool is kept
 DEFAULT_WORK_POOL_CONCURRENCY = 8
 
-DEFAULT_STATE_DIR: Path = Settings.model_fields["state_dir"].default
-DEFAULT_TOKEN_RATE_LIMIT_NAME: str = Settings.model_fields["token_rate_limit_name"].default
 
-
-class DeploymentSettings(BaseSettings):
+class DeploymentSettings(LocalState):
     """Bootstrap's settings: state directory, work pool, token rate limit, automations."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
-    #: local state; bootstrap puts the default export directory under it
-    state_dir: Path = DEFAULT_STATE_DIR
     #: flow runs of the work pool at once (a new pool only)
     work_pool_concurrency: int = Field(
         default=DEFAULT_WORK_POOL_CONCURRENCY,
@@ -42,8 +36,6 @@ class DeploymentSettings(BaseSettings):
         le=1000,
         description="a whole number from 1 to 1000",
     )
-    #: the Prefect global concurrency limit that throttles token-endpoint calls
-    token_rate_limit_name: str = DEFAULT_TOKEN_RATE_LIMIT_NAME
     #: silence after a heartbeat before a run is marked Crashed
     unresponsive_run_grace_seconds: int = Field(
         default=DEFAULT_GRACE_SECONDS,
@@ -58,18 +50,6 @@ class DeploymentSettings(BaseSettings):
     notify_webhook_url: SecretStr | None = None
     #: or ``<block-type-slug>/<block-name>`` of an operator's notification block
     notify_block: str | None = None
-
-    @field_validator("state_dir", mode="before")
-    @classmethod
-    def _blank_state_dir_is_default(cls, value: Any) -> Any:
-        if isinstance(value, str) and not value.strip():
-            return DEFAULT_STATE_DIR
-        return value
-
-    @field_validator("state_dir")
-    @classmethod
-    def _expand_user(cls, value: Path) -> Path:
-        return value.expanduser()
 
     @field_validator("notify_webhook_url", "notify_block", mode="before")
     @classmethod
