@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.client.schemas.objects import State
 from pydantic import Field, field_validator
 
@@ -30,6 +30,7 @@ from compliance_api.errors import (
 from compliance_api.models import DocumentLinkCreate
 from runtime.credentials import load_run_settings
 from runtime.form import Maybe, title
+from runtime.settings import runtime_settings
 from tasks.documents import create_document_link
 from write_engine.inputs import (
     Identifier,
@@ -39,7 +40,7 @@ from write_engine.inputs import (
     dedupe,
     parse_items,
 )
-from write_engine.link_ledger import LedgerEntry, LinkLedger
+from write_engine.link_ledger import LedgerEntry, LinkLedger, ledger_url
 from write_engine.outcomes import ItemResult, Outcome, RunSummary
 from write_engine.run import (
     DEFAULT_CONCURRENCY,
@@ -191,7 +192,10 @@ async def document_links_job(
     """The job with this tenant's ledger open (the tenant is the API and the application)."""
     settings = await load_run_settings()
     tenant = f"{settings.api_base_url}|{settings.client_id}|{settings.source_id or ''}"
-    with LinkLedger(settings.state_dir, tenant) as ledger:
+    shared = runtime_settings().link_ledger_url
+    url = ledger_url(settings.state_dir, shared.get_secret_value() if shared else None)
+    with LinkLedger(url, tenant) as ledger:
+        get_run_logger().info("Link ledger: %s", ledger.describe())
         yield DocumentLinks(ledger, unconfirmed)
 
 

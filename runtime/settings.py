@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import field_validator
+from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from compliance_api.settings import ENV_PREFIX, blank_is_unset, environment_settings
 
 
 class RuntimeSettings(BaseSettings):
-    """``COMPLIANCE_TOKEN_STORE`` and ``COMPLIANCE_CREDENTIALS_BLOCK``."""
+    """How a flow run gets its settings, keeps its token and finds the link ledger."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
@@ -24,6 +24,9 @@ class RuntimeSettings(BaseSettings):
     token_store: Literal["local", "prefect"] = "local"  # noqa: S105 - a store kind
     #: the Compliance Credentials block flow runs take their credentials from, if any
     credentials_block: str | None = None
+    #: PostgreSQL database of the document-link ledger every worker shares; unset: a file
+    #: under the state directory, shared by this machine's runs only
+    link_ledger_url: SecretStr | None = None
 
     @field_validator("token_store", mode="before")
     @classmethod
@@ -32,7 +35,7 @@ class RuntimeSettings(BaseSettings):
             return value.strip().lower() or "local"
         return value
 
-    @field_validator("credentials_block", mode="before")
+    @field_validator("credentials_block", "link_ledger_url", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         return blank_is_unset(value)

@@ -8,26 +8,31 @@ so the only memory of "already attached" is ours. Each (tenant, document, URL) g
 - ``attached``: written after the service answered 201, with the link id.
 - (no entry): the service refused the request outright (4xx), so nothing was created.
 
-It is a SQLite database (WAL mode) under ``COMPLIANCE_STATE_DIR``. A claim is one INSERT, so
-two runs on the same machine can never both send the same link. Workers on several machines
-must share the state directory on a local-disk volume they all mount (SQLite must not live on
-a network file system), or run document-link flows from one work pool on one machine.
+Where it lives decides who shares it. By default it is a SQLite file (WAL mode) under
+``COMPLIANCE_STATE_DIR``: every run on this machine shares it, no other machine sees it. With
+``COMPLIANCE_LINK_LEDGER_URL`` set to a PostgreSQL database (the Prefect server's own will do),
+every worker on every machine shares one table. Either way a claim is one
+``INSERT ... ON CONFLICT DO NOTHING``, so two runs can never both send the same link.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, make_url
 
 LedgerState = Literal["pending", "attached"]
 FILE_NAME = "document-links.sqlite3"
+TABLE = "compliance_document_links"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS document_links (
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
     tenant TEXT NOT NULL,
     document_id TEXT NOT NULL,
     url TEXT NOT NULL,
@@ -55,17 +60,50 @@ class LedgerEntry:
         return f"{self.state}{run} at {self.updated_at}{link}"
 
 
+def ledger_url(state_dir: Path, shared_url: str | None) -> URL:
+    """The shared PostgreSQL database if one is named (any driver spelling), else the file."""
+    if shared_url is None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        return URL.create("sqlite", database=str(state_dir / FILE_NAME))
+    url = make_url(shared_url)
+    if url.get_backend_name() != "postgresql":
+        raise ValueError(f"{url.drivername!r}: the shared link ledger must be PostgreSQL")
+    return url.set(drivername="postgresql+psycopg")
+
+
+def _sqlite_pragmas(connection: Any, _record: object) -> None:
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=FULL")  # a claim must survive a power cut
+    connection.execute("PRAGMA busy_timeout=30000")
+
+
 class LinkLedger:
     """One tenant's view of the ledger (tenant = API base URL + client id + source id)."""
 
-    def __init__(self, state_dir: Path, tenant: str) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self.path = state_dir / FILE_NAME
+    def __init__(self, url: URL, tenant: str) -> None:
+        self.url = url
         self.tenant = tenant
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # a claim must survive a power cut
-        self._db.execute(_SCHEMA)
+        # one connection per ledger, every statement its own transaction
+        self._engine = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+        if url.get_backend_name() == "sqlite":
+            sa.event.listen(self._engine, "connect", _sqlite_pragmas)
+        self._connection = self._engine.connect()
+        # PostgreSQL: a worker creating the table at the same moment makes this one collide
+        with contextlib.suppress(sa.exc.IntegrityError):
+            self._connection.execute(sa.text(_SCHEMA))
+
+    @property
+    def shared(self) -> bool:
+        return self.url.get_backend_name() != "sqlite"
+
+    def describe(self) -> str:
+        """Where the ledger is, for the run's log (never a password)."""
+        if not self.shared:
+            return f"local file {self.url.database} (this machine only)"
+        return f"PostgreSQL {self.url.render_as_string(hide_password=True)} (every worker)"
+
+    def _run(self, sql: str, **params: object) -> sa.CursorResult[Any]:
+        return self._connection.execute(sa.text(sql), {"tenant": self.tenant, **params})
 
     def __enter__(self) -> Self:
         return self
@@ -79,55 +117,68 @@ class LinkLedger:
         self.close()
 
     def close(self) -> None:
-        self._db.close()
+        self._connection.close()
+        self._engine.dispose()
 
     def lookup(self, document_id: str, url: str) -> LedgerEntry | None:
-        row = self._db.execute(
-            "SELECT document_id, url, state, link_id, flow_run_id, updated_at "
-            "FROM document_links WHERE tenant = ? AND document_id = ? AND url = ?",
-            (self.tenant, document_id, url),
-        ).fetchone()
+        row = self._run(
+            f"SELECT document_id, url, state, link_id, flow_run_id, updated_at FROM {TABLE} "
+            "WHERE tenant = :tenant AND document_id = :document_id AND url = :url",
+            document_id=document_id,
+            url=url,
+        ).one_or_none()
         return LedgerEntry(*row) if row else None
 
     def claim(self, document_id: str, url: str, flow_run_id: str | None) -> LedgerEntry | None:
         """Record "pending" before sending; returns the existing entry if someone was first."""
-        cursor = self._db.execute(
-            "INSERT OR IGNORE INTO document_links "
-            "(tenant, document_id, url, state, flow_run_id, updated_at) "
-            "VALUES (?, ?, ?, 'pending', ?, ?)",
-            (self.tenant, document_id, url, flow_run_id, _now()),
+        inserted = self._run(
+            f"INSERT INTO {TABLE} (tenant, document_id, url, state, flow_run_id, updated_at) "
+            "VALUES (:tenant, :document_id, :url, 'pending', :run, :now) "
+            "ON CONFLICT (tenant, document_id, url) DO NOTHING",
+            document_id=document_id,
+            url=url,
+            run=flow_run_id,
+            now=_now(),
         )
-        if cursor.rowcount == 1:
+        if inserted.rowcount == 1:
             return None
         return self.lookup(document_id, url)
 
     def reclaim(self, document_id: str, url: str, flow_run_id: str | None) -> None:
         """Take over a pending entry an operator decided to resend."""
-        self._db.execute(
-            "UPDATE document_links SET flow_run_id = ?, updated_at = ? "
-            "WHERE tenant = ? AND document_id = ? AND url = ? AND state = 'pending'",
-            (flow_run_id, _now(), self.tenant, document_id, url),
+        self._run(
+            f"UPDATE {TABLE} SET flow_run_id = :run, updated_at = :now WHERE tenant = :tenant "
+            "AND document_id = :document_id AND url = :url AND state = 'pending'",
+            document_id=document_id,
+            url=url,
+            run=flow_run_id,
+            now=_now(),
         )
 
     def mark_attached(
         self, document_id: str, url: str, link_id: str | None, flow_run_id: str | None
     ) -> None:
-        self._db.execute(
-            "INSERT INTO document_links "
+        self._run(
+            f"INSERT INTO {TABLE} "
             "(tenant, document_id, url, state, link_id, flow_run_id, updated_at) "
-            "VALUES (?, ?, ?, 'attached', ?, ?, ?) "
+            "VALUES (:tenant, :document_id, :url, 'attached', :link, :run, :now) "
             "ON CONFLICT (tenant, document_id, url) DO UPDATE SET state = 'attached', "
             "link_id = excluded.link_id, flow_run_id = excluded.flow_run_id, "
             "updated_at = excluded.updated_at",
-            (self.tenant, document_id, url, link_id, flow_run_id, _now()),
+            document_id=document_id,
+            url=url,
+            link=link_id,
+            run=flow_run_id,
+            now=_now(),
         )
 
     def release(self, document_id: str, url: str) -> None:
         """Forget a pending claim whose request the service provably refused."""
-        self._db.execute(
-            "DELETE FROM document_links "
-            "WHERE tenant = ? AND document_id = ? AND url = ? AND state = 'pending'",
-            (self.tenant, document_id, url),
+        self._run(
+            f"DELETE FROM {TABLE} WHERE tenant = :tenant AND document_id = :document_id "
+            "AND url = :url AND state = 'pending'",
+            document_id=document_id,
+            url=url,
         )
 
 

@@ -1,5 +1,5 @@
 """The one retry layer of a write (the client's conditions; tasks add none) and the
-document-link ledger (no server needed)."""
+document-link ledger (a local file, or a PostgreSQL database shared by every worker)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import importlib
 import inspect
 import logging
 import pkgutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from prefect import Task
+from sqlalchemy.engine import URL
 
 import tasks
 from compliance_api.errors import (
@@ -23,7 +27,7 @@ from compliance_api.errors import (
 from compliance_api.retry import RetryMode, RetryNotice, is_retryable
 from runtime.retries import log_client_retry
 from tasks import documents
-from write_engine.link_ledger import LinkLedger
+from write_engine.link_ledger import LinkLedger, ledger_url
 
 OP = "op"
 #: every module of tasks/, so a new one is checked without being listed here
@@ -87,19 +91,55 @@ def test_client_retries_are_logged_with_the_attempt_and_the_bound(
     )
 
 
-def test_ledger_claims_once_per_tenant_and_survives_reopening(tmp_path: Path) -> None:
-    with LinkLedger(tmp_path, "tenant-a") as ledger:
+@pytest.fixture(params=["local file", "shared PostgreSQL"])
+def ledger_at(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], URL]:
+    """Where a ledger lives: the state dir's file, or a fresh PostgreSQL database."""
+    if request.param == "local file":
+        return lambda: ledger_url(tmp_path, None)
+    database = request.getfixturevalue("postgres_databases")()
+    return lambda: ledger_url(tmp_path / "unused", database)
+
+
+def test_ledger_claims_once_per_tenant_and_survives_reopening(ledger_at: Callable[[], URL]) -> None:
+    with LinkLedger(ledger_at(), "tenant-a") as ledger:
         assert ledger.claim("d-1", "https://x.test/a", "run-1") is None
         earlier = ledger.claim("d-1", "https://x.test/a", "run-2")
         assert earlier is not None and earlier.state == "pending" and earlier.flow_run_id == "run-1"
         ledger.mark_attached("d-1", "https://x.test/a", "link-9", "run-1")
         assert ledger.claim("d-2", "https://x.test/a", "run-1") is None
         ledger.release("d-2", "https://x.test/a")
-    with LinkLedger(tmp_path, "tenant-a") as reopened:
+    with LinkLedger(ledger_at(), "tenant-a") as reopened:
         entry = reopened.lookup("d-1", "https://x.test/a")
         assert entry is not None and (entry.state, entry.link_id) == ("attached", "link-9")
         assert reopened.lookup("d-2", "https://x.test/a") is None
         reopened.release("d-1", "https://x.test/a")  # release never forgets an attached link
         assert reopened.lookup("d-1", "https://x.test/a") is not None
-    with LinkLedger(tmp_path, "tenant-b") as other:
+    with LinkLedger(ledger_at(), "tenant-b") as other:
         assert other.claim("d-1", "https://x.test/a", "run-3") is None
+
+
+def test_two_ledgers_claiming_the_same_links_at_once_win_each_once(
+    ledger_at: Callable[[], URL],
+) -> None:
+    """Two workers (own connections, racing in threads) claim the same 200 links."""
+    links = [(f"d-{n}", f"https://x.test/{n}") for n in range(200)]
+    start = threading.Barrier(2, timeout=30)
+
+    def claim_all(run: str) -> list[tuple[str, str]]:
+        with LinkLedger(ledger_at(), "tenant") as ledger:
+            start.wait()
+            return [link for link in links if ledger.claim(*link, run) is None]
+
+    with ThreadPoolExecutor(2) as pool:
+        won = list(pool.map(claim_all, ["run-1", "run-2"]))
+    assert sorted(won[0] + won[1]) == sorted(links)  # every link claimed, none twice
+
+
+def test_the_ledger_says_where_it_is_and_never_the_password(tmp_path: Path) -> None:
+    local = LinkLedger(ledger_url(tmp_path, None), "t")
+    assert "this machine only" in local.describe() and not local.shared
+    url = ledger_url(tmp_path, "postgresql+asyncpg://app:hunter2@db.example:5432/prefect")
+    assert url.drivername == "postgresql+psycopg" and url.password == "hunter2"
+    assert "hunter2" not in url.render_as_string(hide_password=True)
+    with pytest.raises(ValueError, match="must be PostgreSQL"):
+        ledger_url(tmp_path, "mysql://db.example/x")
