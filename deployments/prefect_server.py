@@ -5,6 +5,10 @@ server here, so every server the project runs gets the same settings
 (``deployments/server_settings.py``): lease storage that survives a restart, batched task-run
 recording, and the scheduler and triggers on. ``restart()`` stops and starts it on the same
 port and database, as an operator's restart would.
+
+With Redis, one server can be split as Prefect's scaling guide does: API replicas
+(``role="api"``: ``prefect server start --no-services``) and one process running the
+background services (``role="services"``: ``prefect server services start``).
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import httpx
 
 from deployments.database import prepare_database
 from deployments.processes import ChildProcess, wait_until
-from deployments.server_settings import apply_server_settings
+from deployments.server_settings import apply_server_settings, redis_settings
 
 HOST = "127.0.0.1"
 DATABASE_URL_ENV = "PREFECT_API_DATABASE_CONNECTION_URL"
@@ -36,6 +41,10 @@ class PrefectServerOptions:
     startup_timeout: float = 120.0
     #: extra environment for the server process
     env: Mapping[str, str] = field(default_factory=dict)
+    #: redis://HOST:PORT/DB for messaging, event ordering, leases and the docket (prefect-redis)
+    redis_url: str | None = None
+    #: ``all``: API and services in one process; ``api``: API only; ``services``: services only
+    role: Literal["all", "api", "services"] = "all"
 
 
 class PrefectServer:
@@ -45,6 +54,9 @@ class PrefectServer:
         self.options = options
         self.base_env = dict(base_env)
         self.child: ChildProcess | None = None
+        self._log_offset = 0
+        if options.role == "services" and options.log_path is None:
+            raise ValueError("the services process needs a log_path (its readiness is read there)")
         if options.database_url:
             prepare_database(options.database_url)
 
@@ -60,6 +72,12 @@ class PrefectServer:
     def backend(self) -> str:
         return "PostgreSQL" if self.options.database_url else "SQLite"
 
+    @property
+    def name(self) -> str:
+        if self.options.role == "services":
+            return "prefect services"
+        return "prefect server" + (f" :{self.options.port}" if self.options.role == "api" else "")
+
     def env(self) -> dict[str, str]:
         env = dict(self.base_env)
         env["PREFECT_HOME"] = str(self.options.home)
@@ -72,6 +90,8 @@ class PrefectServer:
         env.pop(DATABASE_URL_ENV, None)
         if self.options.database_url:
             env[DATABASE_URL_ENV] = self.options.database_url
+        if self.options.redis_url:
+            env.update(redis_settings(self.options.redis_url))
         apply_server_settings(env)
         env.update(self.options.env)
         return env
@@ -79,21 +99,17 @@ class PrefectServer:
     def launch(self) -> ChildProcess:
         """Start the process without waiting (``wait_ready`` waits); returns it."""
         self.options.home.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable,
-            "-m",
-            "prefect",
-            "server",
-            "start",
-            "--host",
-            HOST,
-            "--port",
-            str(self.options.port),
-            "--ui" if self.options.ui else "--no-ui",
-            "--analytics-off",
-        ]
+        log = self.options.log_path
+        self._log_offset = log.stat().st_size if log is not None and log.exists() else 0
+        command = [sys.executable, "-m", "prefect", "server"]
+        if self.options.role == "services":
+            command += ["services", "start"]
+        else:
+            command += ["start", "--host", HOST, "--port", str(self.options.port)]
+            command += ["--ui" if self.options.ui else "--no-ui", "--analytics-off"]
+            command += ["--no-services"] if self.options.role == "api" else []
         self.child = ChildProcess(
-            "prefect server",
+            self.name,
             command,
             env=self.env(),
             cwd=Path.cwd(),
@@ -103,12 +119,26 @@ class PrefectServer:
 
     def wait_ready(self) -> None:
         watch = [self.child] if self.child is not None else []
+        ready = (
+            self._services_started
+            if self.options.role == "services"
+            else lambda: _http_ok(f"{self.api_url}/health")
+        )
         wait_until(
-            f"the Prefect server ({self.backend})",
-            lambda: _http_ok(f"{self.api_url}/health"),
+            f"the {self.name} ({self.backend})",
+            ready,
             timeout=self.options.startup_timeout,
             watch=watch,
         )
+
+    def _services_started(self) -> bool:
+        """The services process has no endpoint; it says so in its log when it starts them."""
+        log = self.options.log_path
+        if log is None or not log.exists():
+            return False
+        with log.open("rb") as handle:
+            handle.seek(self._log_offset)
+            return b"Starting services" in handle.read()
 
     def start(self) -> None:
         self.launch()

@@ -1,6 +1,7 @@
 """``make serve`` (``python -m deployments.serve``): the whole system on this machine until Ctrl-C.
 
-Starts the sandbox, a Prefect server (SQLite, or PostgreSQL with ``--database-url``), runs
+Starts the sandbox, a Prefect server (SQLite, or PostgreSQL with ``--database-url``; Redis with
+``--redis-url``; ``--api-replicas N`` API servers and a services process), runs
 bootstrap and ``prefect deploy --all``, starts one worker (or ``--workers N``, each standing for
 a machine of its own), prints where everything is, and on Ctrl-C (or SIGTERM) stops all of it,
 flow runs included. ``--no-sandbox`` runs against the service your COMPLIANCE_* variables
@@ -26,6 +27,7 @@ from deployments.stack import (
     DEFAULT_STATE_DIR,
     LocalStack,
     StackOptions,
+    redacted_url,
 )
 
 
@@ -62,6 +64,18 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         help="workers to start; more than one: each has its own state dir and the token is "
         "kept on the Prefect server, as on separate machines (default: 1)",
     )
+    parser.add_argument(
+        "--redis-url",
+        help="redis://HOST:PORT/DB for Prefect's messaging, event ordering and leases "
+        "(prefect-redis); needed for --api-replicas",
+    )
+    parser.add_argument(
+        "--api-replicas",
+        type=int,
+        default=1,
+        help="Prefect API servers (without services) plus one services process; more than "
+        "one needs --database-url and --redis-url (default: 1, one server with services)",
+    )
     parser.add_argument("--poll-seconds", type=float, default=5.0, help="worker poll interval")
     parser.add_argument(
         "--quiet-worker", action="store_true", help="worker output to the log file only"
@@ -77,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
             worker_output_to_terminal=not args.quiet_worker and args.workers == 1,
             database_url=args.database_url,
             workers=args.workers,
+            redis_url=args.redis_url,
+            api_replicas=args.api_replicas,
         )
     except (ValueError, DatabaseError) as error:
         parser.error(str(error))
@@ -108,6 +124,12 @@ def banner(stack: LocalStack, seconds: float) -> str:
         f"  Prefect API:   {stack.api_url}",
         f"  Database:      {stack.database_label}",
     ]
+    if stack.options.redis_url:
+        lines.append(f"  Redis:         {redacted_url(stack.options.redis_url)}")
+    if len(stack.replicas) > 1:
+        others = ", ".join(server.api_url for server in stack.replicas[1:])
+        count = len(stack.replicas)
+        lines.append(f"  API replicas:  {count} (also {others}), one services process")
     if stack.options.use_sandbox:
         lines.append(f"  Sandbox:       {stack.sandbox_url}  (gov tier {stack.sandbox_gov_url})")
     else:

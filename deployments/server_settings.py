@@ -24,7 +24,7 @@ TASK_RUN_RECORDER_BATCHING = {
 #: memory by default: a restarted server forgets them while their slots stay taken, so a lock
 #: would stay held for ever. On disk (in the server's PREFECT_HOME) they survive a restart and
 #: the repossessor frees the expired ones. Several server replicas share Redis instead
-#: (docs/scaling.md).
+#: (``redis_settings``, docs/scaling.md).
 LEASE_STORAGE = {
     "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": (
         "prefect.server.concurrency.lease_storage.filesystem"
@@ -45,3 +45,18 @@ def apply_server_settings(env: MutableMapping[str, str] | None = None) -> None:
     target = os.environ if env is None else env
     for name, value in SERVER_SETTINGS.items():
         target.setdefault(name, value)
+
+
+def redis_settings(url: str) -> dict[str, str]:
+    """Prefect on Redis (prefect-redis), as Prefect's guide to scaling a self-hosted server has
+    it: events wait in Redis streams for the services process (a restart of it loses none),
+    event ordering and concurrency leases are shared by every replica, and the background
+    services' docket coordinates through the same Redis."""
+    return {
+        "PREFECT_MESSAGING_BROKER": "prefect_redis.messaging",
+        "PREFECT_MESSAGING_CACHE": "prefect_redis.messaging",
+        "PREFECT_SERVER_EVENTS_CAUSAL_ORDERING": "prefect_redis.ordering",
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect_redis.lease_storage",
+        "PREFECT_REDIS_MESSAGING_URL": url,
+        "PREFECT_SERVER_DOCKET_URL": url,
+    }

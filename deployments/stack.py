@@ -7,7 +7,12 @@ token encryption key (a 0600 file, never printed) and the logs.
 
 With ``workers`` > 1 each worker stands for a machine of its own: its own PREFECT_HOME and
 COMPLIANCE_STATE_DIR (no file is shared), and the token kept on the Prefect server
-(``COMPLIANCE_TOKEN_STORE=prefect``), so the workers share nothing but the Prefect API.
+(``COMPLIANCE_TOKEN_STORE=prefect``), so the workers share nothing but the Prefect API (and, on
+PostgreSQL, the document-link ledger, a table in the Prefect server's database).
+
+With ``redis_url`` Prefect keeps its messaging, event ordering and leases in Redis; with
+``api_replicas`` > 1 (PostgreSQL and Redis required) it runs as N API servers without services
+plus one process running the services, and the workers are spread over the replicas.
 
 Secrets reach flow runs only through the worker's environment, which the process worker hands
 to every flow run it starts; nothing secret is written to the Prefect database.
@@ -24,7 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
+from urllib.parse import urlsplit
 
 import httpx
 from cryptography.fernet import Fernet
@@ -127,14 +133,42 @@ class StackOptions:
     database_url: str | None = None
     #: workers, each standing for a machine of its own (see the module docstring)
     workers: int = 1
+    #: redis://HOST:PORT/DB: Prefect's messaging, event ordering and leases in Redis
+    redis_url: str | None = None
+    #: API servers (more than one: PostgreSQL and Redis required, and a services process)
+    api_replicas: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int):
-            raise ValueError(f"workers={self.workers!r}: must be a whole number from 1 to 16")
-        if not 1 <= self.workers <= 16:
-            raise ValueError(f"workers={self.workers!r}: must be a whole number from 1 to 16")
+        _check_count("workers", self.workers, 16)
+        _check_count("api_replicas", self.api_replicas, 8)
         if self.database_url is not None:
             parse_database_url(self.database_url)  # a clear error before anything starts
+        if self.redis_url is not None and urlsplit(self.redis_url).scheme not in REDIS_SCHEMES:
+            raise ValueError(
+                f"redis_url={redacted_url(self.redis_url)!r}: must be a redis:// or rediss:// URL"
+            )
+        if self.api_replicas > 1 and (self.database_url is None or self.redis_url is None):
+            raise ValueError(
+                f"api_replicas={self.api_replicas}: several API servers need PostgreSQL "
+                "(database_url) and Redis (redis_url) to share their state"
+            )
+
+
+REDIS_SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
+
+
+def _check_count(name: str, value: object, most: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ValueError(f"{name}={value!r}: must be a whole number from 1 to {most}")
+
+
+def redacted_url(url: str) -> str:
+    """``url`` without its password (for banners and errors)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
 
 
 class LocalStack:
@@ -149,15 +183,26 @@ class LocalStack:
         self.sandbox_port = 0
         self.sandbox_gov_port = 0
         self.children: list[ChildProcess] = []
-        self.server: PrefectServer | None = None
+        #: the API servers; the first is ``server`` (the one bootstrap and deploy talk to)
+        self.replicas: list[PrefectServer] = []
+        self.services: PrefectServer | None = None
         self.timings: dict[str, float] = {}
         self.deploy_output = ""
         self.bootstrap_output = ""
 
     # ----------------------------------------------------------------------------- addresses
     @property
+    def server(self) -> PrefectServer | None:
+        return self.replicas[0] if self.replicas else None
+
+    @property
     def api_url(self) -> str:
         return f"http://{HOST}:{self.prefect_port}/api"
+
+    def replica_of(self, worker: str) -> PrefectServer:
+        """The API server a worker (and its flow runs) talks to: spread round-robin."""
+        index = self.worker_names().index(worker) if worker in self.worker_names() else 0
+        return self.replicas[index % len(self.replicas)]
 
     @property
     def ui_url(self) -> str:
@@ -228,11 +273,15 @@ class LocalStack:
         """The environment of one worker and of every flow run it starts."""
         env = self.prefect_env() | self.service_env() | CLIENT_RETRY_ENV
         env["PREFECT_WORKER_QUERY_SECONDS"] = f"{self.options.worker_poll_seconds:g}"
+        if self.replicas:
+            env["PREFECT_API_URL"] = self.replica_of(name).api_url
         if self.options.workers > 1:
             machine = self.state_dir / "workers" / name
             env["PREFECT_HOME"] = str(machine / "prefect")
             env["COMPLIANCE_STATE_DIR"] = str(machine / "compliance")
             env["COMPLIANCE_TOKEN_STORE"] = "prefect"  # noqa: S105 - a store kind, not a secret
+            if self.options.database_url is not None:  # one link ledger for every machine
+                env["COMPLIANCE_LINK_LEDGER_URL"] = self.options.database_url
         env.update(self.options.worker_env)
         return env
 
@@ -321,29 +370,57 @@ class LocalStack:
             watch=[child],
         )
 
-    def launch_prefect_server(self) -> Callable[[], None]:
-        self.prefect_port = preferred_port(self.options.prefect_port)
-        self.server = PrefectServer(
+    def _prefect_server(
+        self, port: int, role: Literal["all", "api", "services"], log: str
+    ) -> PrefectServer:
+        return PrefectServer(
             PrefectServerOptions(
-                port=self.prefect_port,
+                port=port,
                 home=self.state_dir / "prefect",
                 database_url=self.options.database_url,
-                ui=self.options.ui,
-                log_path=self.logs_dir / "prefect-server.log",
+                ui=self.options.ui and port == self.prefect_port,
+                log_path=self.logs_dir / log,
                 startup_timeout=self.options.startup_timeout,
+                redis_url=self.options.redis_url,
+                role=role,
             ),
             base_env=self.prefect_env(),
         )
-        self.children.append(self.server.launch())
-        return self.server.wait_ready
 
-    def restart_prefect_server(self) -> None:
-        """Stop the Prefect server and start it again on the same port and database."""
-        assert self.server is not None and self.server.child is not None
-        self.children.remove(self.server.child)
-        self.server.stop()
-        self.children.insert(0, self.server.launch())
-        self.server.wait_ready()
+    def launch_prefect_server(self) -> Callable[[], None]:
+        """The first API server; with replicas, the others and the services process start once
+        it has migrated the database."""
+        self.prefect_port = preferred_port(self.options.prefect_port)
+        split = self.options.api_replicas > 1
+        first = self._prefect_server(
+            self.prefect_port, "api" if split else "all", "prefect-server.log"
+        )
+        self.replicas = [first]
+        self.children.append(first.launch())
+        return self._start_the_rest if split else first.wait_ready
+
+    def _start_the_rest(self) -> None:
+        self.replicas[0].wait_ready()
+        self.services = self._prefect_server(0, "services", "prefect-services.log")
+        # links in notifications point at the first server's UI
+        self.services.options.env = {"PREFECT_UI_URL": self.replicas[0].ui_url}
+        for number in range(2, self.options.api_replicas + 1):
+            log = f"prefect-server-{number}.log"
+            self.replicas.append(self._prefect_server(free_port(), "api", log))
+        for server in [self.services, *self.replicas[1:]]:
+            self.children.append(server.launch())
+        for server in [self.services, *self.replicas[1:]]:
+            server.wait_ready()
+
+    def restart_prefect_server(self, server: PrefectServer | None = None) -> None:
+        """Stop one Prefect process (default: the first API server) and start it again on the
+        same port and database, as a rolling restart does."""
+        server = server or self.server
+        assert server is not None and server.child is not None
+        self.children.remove(server.child)
+        server.stop()
+        self.children.insert(0, server.launch())
+        server.wait_ready()
 
     def bootstrap(self) -> None:
         env = self.prefect_env()

@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.fixtures.sandbox",
     "tests.fixtures.flows",
     "tests.fixtures.postgres",
+    "tests.fixtures.redis",
     "tests.fixtures.tokens",
 ]
 

@@ -126,12 +126,22 @@ def test_two_ledgers_claiming_the_same_links_at_once_win_each_once(
     start = threading.Barrier(2, timeout=30)
 
     def claim_all(run: str) -> list[tuple[str, str]]:
-        with LinkLedger(ledger_at(), "tenant") as ledger:
+        try:
+            ledger = LinkLedger(ledger_at(), "tenant")
+        except BaseException:
+            start.abort()  # the other thread stops waiting; this error is the one reported
+            raise
+        with ledger:
             start.wait()
             return [link for link in links if ledger.claim(*link, run) is None]
 
     with ThreadPoolExecutor(2) as pool:
-        won = list(pool.map(claim_all, ["run-1", "run-2"]))
+        futures = [pool.submit(claim_all, run) for run in ("run-1", "run-2")]
+    causes = [f.exception() for f in futures if f.exception() is not None]
+    causes.sort(key=lambda error: isinstance(error, threading.BrokenBarrierError))
+    if causes:
+        raise causes[0]
+    won = [future.result() for future in futures]
     assert sorted(won[0] + won[1]) == sorted(links)  # every link claimed, none twice
 
 

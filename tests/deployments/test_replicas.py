@@ -1,0 +1,190 @@
+"""Several machines: Prefect on PostgreSQL and Redis as two API replicas and one services
+process, three workers spread over the replicas, each with its own state directory.
+
+- A burst of 400 discovered vendors arrives while the services process is down (its events
+  wait in Redis), and one API replica is restarted while the promotion runs (a rolling
+  restart: its worker and flow runs retry meanwhile). Every vendor is managed exactly once,
+  with one token mint and no 401, and every event reached the event store.
+- Two workers' environments (separate state directories, the shared link ledger) attach the
+  same 200 links at the same moment: each link is attached exactly once, and each run skips,
+  without asking for a review, what the other is sending.
+
+This is the recipe of docs/scaling.md, run as written there (``python -m deployments.serve
+--database-url ... --redis-url ... --api-replicas 2 --workers 3``).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
+from sandbox.control import SandboxControl
+from tests.fixtures.chaos import start_child
+from tests.fixtures.stack import (
+    assert_no_secret_in_prefect_database,
+    eventually,
+    final,
+    finished,
+    flow_runs,
+    run_deployment,
+)
+
+pytestmark = pytest.mark.timeout(900)
+
+BRIDGE = "bridge-event-log/every-3-minutes"
+PROMOTE = "promote-discovered-vendors/on-discovery"
+ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
+BURST = 400
+#: slow enough that the restart surely falls inside the promotion run
+PROMOTION_LATENCY_MS = 200
+LINKS = 200
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_databases: Callable[[], str],
+    redis_url: str,
+) -> Iterator[LocalStack]:
+    options = StackOptions(
+        state_dir=tmp_path_factory.mktemp("replicas"),
+        prefect_port=None,
+        sandbox_port=None,
+        ui=False,
+        worker_poll_seconds=1.0,
+        startup_timeout=180.0,
+        database_url=postgres_databases(),
+        redis_url=redis_url,
+        api_replicas=2,
+        workers=3,
+    )
+    with LocalStack(options) as running:
+        yield running
+
+
+def test_the_workers_are_spread_over_the_replicas_and_share_the_ledger(stack: LocalStack) -> None:
+    urls = [stack.worker_env(name)["PREFECT_API_URL"] for name in stack.worker_names()]
+    assert set(urls) == {server.api_url for server in stack.replicas} and len(stack.replicas) == 2
+    ledgers = {
+        stack.worker_env(name)["COMPLIANCE_LINK_LEDGER_URL"] for name in stack.worker_names()
+    }
+    assert ledgers == {stack.options.database_url}
+    assert stack.services is not None and stack.services.child is not None
+    assert "--no-services" in stack.replicas[1].child.command  # type: ignore[union-attr]
+    assert stack.services.env()["PREFECT_MESSAGING_BROKER"] == "prefect_redis.messaging"
+
+
+def test_a_burst_survives_a_services_restart_and_a_rolling_restart(stack: LocalStack) -> None:
+    control = SandboxControl(stack.sandbox_url)
+    control.set_fault(ADD_TO_MANAGED, latency_ms=PROMOTION_LATENCY_MS)
+    started = datetime.now(UTC) - timedelta(seconds=5)
+    vendors = {control.inject("vendor_discovered")["id"] for _ in range(BURST)}
+    assert stack.services is not None
+
+    # the services process is down while the bridge emits the burst's events
+    stack.children.remove(stack.services.child)  # type: ignore[arg-type]
+    stack.services.stop()
+    bridge = run_deployment(
+        stack, BRIDGE, {"start_date": started.isoformat(), "reset_checkpoint": True}
+    )
+    bridged = eventually("the bridge run", lambda: finished(stack, bridge), timeout=300)
+    assert bridged["type"] == "COMPLETED", bridged
+    assert triggered(stack, PROMOTE) == [], "no trigger can fire without the services"
+    stack.children.insert(0, stack.services.launch())
+    stack.services.wait_ready()
+
+    # a rolling restart of the second replica while the promotion runs
+    eventually("the first promotions", lambda: len(managed(control)) >= 8, timeout=300)
+    assert len(managed(control)) < BURST, "the restart came mid-burst"
+    stack.restart_prefect_server(stack.replicas[1])
+
+    def all_done() -> list[dict[str, Any]] | None:
+        runs = triggered(stack, PROMOTE)
+        return runs if final(runs) and set(managed(control)) >= vendors else None
+
+    runs = eventually("every vendor managed", all_done, timeout=600)
+    assert {run["state"]["type"] for run in runs} == {"COMPLETED"}, runs
+    assert len(runs) <= 3, "a burst is one run, or a few"
+    counts = managed(control)
+    assert set(counts) == vendors and set(counts.values()) == {1}, "each vendor managed once"
+    stats = control.stats()
+    assert stats["token_mints"] == {DEMO_CLIENT_ID: 1} and stats["unauthorized"] == 0
+    assert events_named(stack, "compliance.vendor_discovered", started) == BURST
+    assert_no_secret_in_prefect_database(stack)
+
+
+ATTACH = """
+import asyncio, json
+from flows.document_links import attach_document_links
+
+async def main():
+    state = await attach_document_links(links=json.loads({links!r}), return_state=True)
+    result = await state.result(raise_on_failure=False)
+    summary = getattr(result, "summary", result)
+    print("SUMMARY", json.dumps(summary.model_dump(mode="json")), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_two_machines_attaching_the_same_links_attach_each_once(stack: LocalStack) -> None:
+    control = SandboxControl(stack.sandbox_url)
+    seed = control.seed()
+    documents = seed["documents"]
+    links = [
+        {
+            "document_id": documents[n % len(documents)],
+            "url": f"https://ev.example/{n}",
+            "title": "E",
+        }
+        for n in range(LINKS)
+    ]
+    code = textwrap.dedent(ATTACH.format(links=json.dumps(links)))
+    machines = stack.worker_names()[:2]
+    assert (
+        stack.worker_env(machines[0])["COMPLIANCE_STATE_DIR"]
+        != stack.worker_env(machines[1])["COMPLIANCE_STATE_DIR"]
+    )
+    children = [start_child(code, stack.worker_env(name)) for name in machines]
+    outputs = [child.communicate(timeout=300)[0] for child in children]
+    summaries = [
+        json.loads(line.removeprefix("SUMMARY "))
+        for output in outputs
+        for line in output.splitlines()
+        if line.startswith("SUMMARY ")
+    ]
+    assert len(summaries) == 2, outputs
+    attached = control.stats()["write_counts"]["document_link"]
+    expected = {f"{link['document_id']} {link['url']}" for link in links}
+    assert set(attached) == expected and set(attached.values()) == {1}, "each link attached once"
+    # each run sent what it claimed and skipped what the other was sending: no review, no error
+    assert [set(summary["counts"]) <= {"succeeded", "skipped"} for summary in summaries] == [
+        True,
+        True,
+    ], [summary["counts"] for summary in summaries]
+    assert sum(summary["counts"].get("succeeded", 0) for summary in summaries) == LINKS
+
+
+def triggered(stack: LocalStack, name: str) -> list[dict[str, Any]]:
+    """The deployment's runs that its trigger created (not its catch-up schedule's)."""
+    return [run for run in flow_runs(stack, name) if not run["auto_scheduled"]]
+
+
+def managed(control: SandboxControl) -> dict[str, int]:
+    counts: dict[str, int] = control.stats()["write_counts"]["add_to_managed"]
+    return counts
+
+
+def events_named(stack: LocalStack, name: str, since: datetime) -> int:
+    """How many events of that name the event store holds since ``since``."""
+    body = {
+        "filter": {"event": {"name": [name]}, "occurred": {"since": since.isoformat()}},
+        "limit": 1,
+    }
+    return int(stack.request("POST", "/events/filter", body).json()["total"])
