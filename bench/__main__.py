@@ -11,12 +11,15 @@
 3. streaming_reads: peak RSS growth of the read flows at 10,000 vs 100,000 items
    (bench/streaming_reads.py).
 4. demo_cold_start: ``make demo`` from a fresh interpreter vs a plain script doing its calls.
-5. burst: bursts of 40 and 400 discovered vendors through the whole stack, on SQLite (1 worker)
-   and on PostgreSQL (3 workers): one promotion run per burst, not per vendor (bench/burst.py).
+5. burst: bursts of 40 and 400 discovered vendors through the whole stack, on SQLite (1 worker),
+   on PostgreSQL (3 workers) and on PostgreSQL + Redis as 2 API replicas and a services process
+   (3 workers): one promotion run per burst, not per vendor (bench/burst.py).
 
 RESULTS.md opens with SQLite vs PostgreSQL side by side (bench/compare.py): ratios and whether
 each scale-out target is met. PostgreSQL: the machine's (PGHOST, PGPORT, PGUSER, PGPASSWORD;
 default postgres@127.0.0.1:5432); each benchmark creates a fresh database and drops it after.
+Redis (the replicas' burst): the machine's (REDIS_URL; default redis://127.0.0.1:6379), an empty
+numbered database emptied after.
 
 ``--quick`` runs small sizes (a smoke test of the runner, minutes not tens of minutes: 1,000 and
 10,000 ids once, 3 x 2 token runs, one burst of 40); its numbers are not the ones to quote. A full
@@ -115,7 +118,7 @@ def bench_burst(quick: bool, repeats: int | None, profile: bool) -> dict[str, An
     from bench import burst
 
     sizes = [min(burst.SIZES)] if quick else list(burst.SIZES)
-    return burst.run(sizes=sizes, backends=list(BACKENDS))
+    return burst.run(sizes=sizes, backends=list(burst.STACKS))
 
 
 def bench_streaming_reads(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
@@ -389,6 +392,7 @@ def _burst_md(result: dict[str, Any]) -> list[str]:
         f"{seconds:g} s on {BACKEND_LABELS.get(backend, backend)}"
         for backend, seconds in burst.WALL_TARGET_SECONDS.items()
     )  # "60 s on SQLite, 45 s on PostgreSQL"
+    walls += f", {burst.REPLICA_WALL_RATIO:g}x the PostgreSQL burst's on the API replicas"
     lines = [
         "Per backend one stack (`deployments.stack.LocalStack`, as `make serve`; workers: "
         + ", ".join(
@@ -446,7 +450,7 @@ def _burst_row(
     """A burst's row of the table: its numbers and its verdict on the targets."""
     from bench import burst
 
-    verdict = _burst_verdict(backend, burst.target_checks(backend, row))
+    verdict = _burst_verdict(backend, row.get("targets", burst.target_checks(backend, row)))
     if "error" in row:
         return [label, workers, row.get("size"), "FAILED"] + [None] * 9 + [verdict]
     wall = row["wall_seconds"]
@@ -515,6 +519,11 @@ def _burst_notes(sides: dict[str, Any]) -> list[str]:
                 f"timed out, {poll.get('read_503s')} answered 503; other processes used "
                 f"{foreign.get('share_of_cores', 0):.1%} of the cores."
             )
+            if row.get("wall_vs_postgresql") is not None:
+                lines.append(
+                    f"* {where}: wall time {row['wall_vs_postgresql']}x the single-server "
+                    "PostgreSQL burst's"
+                )
             for error, count in (row.get("traceback_errors") or {}).items():
                 lines.append(f"* {where}: {count} traceback(s) ending `{error}`")
             for run in row.get("runs") or []:

@@ -228,7 +228,11 @@ def sandbox_process(
 
 #: the Prefect server's database in the benchmarks that compare them
 BACKENDS = ("sqlite", "postgresql")
-BACKEND_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+BACKEND_LABELS = {
+    "sqlite": "SQLite",
+    "postgresql": "PostgreSQL",
+    "replicas": "PostgreSQL + Redis, 2 API replicas",
+}
 
 
 @contextlib.contextmanager
@@ -251,6 +255,25 @@ def fresh_database(backend: str) -> Iterator[str | None]:
         yield url
     finally:
         asyncio.run(drop_database(url))
+
+
+@contextlib.contextmanager
+def fresh_redis() -> Iterator[str]:
+    """redis://127.0.0.1:6379/N (or under ``REDIS_URL``) of an empty numbered database,
+    emptied again when the block ends (failure too)."""
+    import redis
+
+    base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+    for number in range(15, 0, -1):
+        client = redis.Redis.from_url(f"{base}/{number}")
+        if client.dbsize() == 0:
+            break
+    else:
+        raise RuntimeError(f"every numbered database of {base} holds data")
+    try:
+        yield f"{base}/{number}"
+    finally:
+        client.flushdb()
 
 
 def server_base_env() -> dict[str, str]:
