@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from deployments.resources import WORK_POOL_NAME
-from deployments.serve import banner, deployment_count
+from deployments.serve import banner, deployment_count, parse_args
 from deployments.stack import LocalStack, StackOptions
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -102,3 +102,42 @@ async def test_the_count_query_is_one_a_real_prefect_server_answers(
     monkeypatch.setattr(stack, "api", lambda: httpx.Client(base_url=api_url, timeout=30.0))
     assert deployment_count(stack, pool) == 3
     assert deployment_count(stack, other) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--api-replicas", "2"], "need PostgreSQL (database_url) and Redis (redis_url)"),
+        (
+            ["--api-replicas", "2", "--database-url", "postgresql+asyncpg://u@h/d"],
+            "need PostgreSQL (database_url) and Redis (redis_url)",
+        ),
+        (["--api-replicas", "0"], "api_replicas=0: must be a whole number from 1 to 8"),
+        (["--redis-url", "http://cache:6379"], "must be a redis:// or rediss:// URL"),
+        (["--redis-url", "mem://u:hunter2@cache"], "mem://u:***@cache"),
+    ],
+)
+def test_serve_refuses_a_replica_setup_that_cannot_work_before_starting_anything(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    error = capsys.readouterr().err
+    assert words in error and "hunter2" not in error
+
+
+def test_serve_takes_the_replica_setup_the_scaling_recipe_names() -> None:
+    options = parse_args(
+        [
+            "--database-url",
+            "postgresql+asyncpg://postgres@127.0.0.1:5432/prefect",
+            "--redis-url",
+            "redis://127.0.0.1:6379/0",
+            "--api-replicas",
+            "2",
+            "--workers",
+            "3",
+        ]
+    )
+    assert (options.api_replicas, options.workers) == (2, 3)
+    assert options.redis_url == "redis://127.0.0.1:6379/0"
