@@ -6,22 +6,21 @@ Layout of the output directory::
     checkpoint.json              where the export resumes + the committed size of every day file
     .export.lock                 a file lock: one export per directory at a time
 
-Exactly once, by construction: a page is appended to its day files and fsynced, *then* the
-checkpoint (with the new file sizes) replaces the old one atomically. A crash in between leaves
-lines past the committed sizes; the next run truncates every day file back to its committed size
-(and removes day files the checkpoint does not know) before it reads the page again. Nothing is
-ever held in memory beyond the page being written.
+Exactly once, by construction: pages are appended to their day files, the files are fsynced,
+*then* the checkpoint (with the new file sizes) replaces the old one atomically. A crash in
+between leaves lines past the committed sizes; the next run truncates every day file back to its
+committed size (and removes day files the checkpoint does not know) before it reads those pages
+again. Nothing is held in memory beyond the page being written; a slice of pages shares one
+fsync and one commit.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -38,18 +37,10 @@ def day_file_name(entry: EventLogEntry) -> str:
     return f"event-log-{entry.date.astimezone(UTC).date().isoformat()}.jsonl"
 
 
-def api_timestamp(moment: datetime) -> str:
-    """UTC with ``Z``, milliseconds when that is all there is: how the service writes times."""
-    utc = moment.astimezone(UTC)
-    spec = "milliseconds" if utc.microsecond % 1000 == 0 else "microseconds"
-    return utc.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
-
-
 def entry_line(entry: EventLogEntry) -> bytes:
-    """One line: the entry as the API returned it (camelCase, extra fields kept)."""
-    wire: dict[str, Any] = entry.model_dump(mode="json", by_alias=True, exclude_none=True)
-    wire["date"] = api_timestamp(entry.date)
-    return (json.dumps(wire, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+    """One line: the entry as the API returned it (camelCase, its time as written, extra fields
+    kept), serialised by pydantic in one call."""
+    return entry.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n"
 
 
 class ExportCheckpoint(BaseModel):
@@ -109,26 +100,30 @@ class DayFileExport:
             _fsync_directory(self.directory)
         return removed
 
-    def append_page(
-        self, checkpoint: ExportCheckpoint, entries: list[EventLogEntry]
-    ) -> tuple[dict[str, int], dict[str, int]]:
-        """Write ``entries`` durably; returns the new committed sizes and line counts."""
+    def append(
+        self, files: dict[str, int], lines: dict[str, int], entries: list[EventLogEntry]
+    ) -> set[str]:
+        """Append ``entries`` to their day files (not yet durable: see ``sync_and_commit``);
+        ``files`` and ``lines`` become the sizes and line counts to commit. Returns the files
+        written."""
         grouped: dict[str, list[bytes]] = defaultdict(list)
         for entry in entries:
             grouped[day_file_name(entry)].append(entry_line(entry))
-        sizes = dict(checkpoint.files)
-        lines = dict(checkpoint.lines)
         for name, rows in grouped.items():
-            path = self.directory / name
-            with path.open("ab") as handle:
+            with (self.directory / name).open("ab") as handle:
                 handle.write(b"".join(rows))
-                handle.flush()
-                os.fsync(handle.fileno())
-                sizes[name] = handle.tell()
+                files[name] = handle.tell()
             lines[name] = lines.get(name, 0) + len(rows)
-        if grouped:
+        return set(grouped)
+
+    def sync_and_commit(self, written: set[str], checkpoint: ExportCheckpoint) -> None:
+        """fsync the day files written, then commit: the order that makes it exactly once."""
+        for name in sorted(written):
+            with (self.directory / name).open("rb") as handle:
+                os.fsync(handle.fileno())
+        if written:
             _fsync_directory(self.directory)
-        return sizes, lines
+        self.commit(checkpoint)
 
     def commit(self, checkpoint: ExportCheckpoint) -> None:
         """Replace the checkpoint atomically (write, fsync, rename, fsync the directory)."""

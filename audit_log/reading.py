@@ -6,18 +6,64 @@ with the checkpoint's cursor (``pageCursor`` starts after the marked entry), rep
 ``startDate`` = the last handled entry's date; entries at or before the checkpoint are then
 dropped by date and by the ids remembered at that timestamp, with a warning in the log.
 
-Only one page is in memory at a time, however long the log.
+Only one page is in memory at a time, however long the log. A page is a plain call, not a task
+run of its own: the client retries it (the one retry layer), and the callers group pages into
+the steps the UI shows (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
+
+from prefect.exceptions import MissingContextError
+from prefect.logging import get_run_logger
 
 from audit_log.checkpoints import EventLogCheckpoint
 from compliance_api.client import ComplianceClient
-from compliance_api.models import EventLogEntry
-from tasks.event_logs import read_event_log_page
+from compliance_api.errors import InvalidRequestError
+from compliance_api.models import EventLogEntry, Page
+
+
+@dataclass
+class FetchedPage:
+    page: Page[EventLogEntry]
+    query_start: datetime | None
+    by_cursor: bool
+
+
+async def read_page(
+    client: ComplianceClient, checkpoint: EventLogCheckpoint, page_size: int
+) -> FetchedPage:
+    """GET /v1/event-logs after the checkpoint: by its cursor, or by date if that is refused."""
+    if checkpoint.cursor is not None:
+        try:
+            page = await client.list_event_logs_page(
+                start_date=checkpoint.cursor_start_date,
+                page_cursor=checkpoint.cursor,
+                page_size=page_size,
+            )
+            return FetchedPage(page, checkpoint.cursor_start_date, by_cursor=True)
+        except InvalidRequestError as exc:
+            _logger().warning(
+                "The service rejected the stored cursor (%s); resuming from startDate=%s and "
+                "skipping entries already handled",
+                exc.message,
+                checkpoint.resume_date(),
+            )
+    start = checkpoint.resume_date()
+    page = await client.list_event_logs_page(start_date=start, page_size=page_size)
+    return FetchedPage(page, start, by_cursor=False)
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    """The run's logger (the warning belongs in the run's log), else this module's."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)
 
 
 @dataclass
@@ -45,7 +91,7 @@ async def iter_new_pages(
     """
     pages = 0
     while max_pages is None or pages < max_pages:
-        fetched = await read_event_log_page(client, checkpoint, page_size)
+        fetched = await read_page(client, checkpoint, page_size)
         entries = fetched.page.data
         if not entries:
             return

@@ -726,12 +726,20 @@ class EventTarget(APIModel):
     type: str
 
 
+def service_timestamp(moment: datetime) -> str:
+    """How the service writes a time it returns: UTC, ``Z``, milliseconds (microseconds only if
+    there are any), so a parsed entry dumps back to the text it came as."""
+    utc = moment.astimezone(UTC)
+    spec = "milliseconds" if utc.microsecond % 1000 == 0 else "microseconds"
+    return utc.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
 class EventLogEntry(APIModel):
     """One audit event: who did what to which targets, when."""
 
     id: str
     actor: Actor
-    date: datetime
+    date: Annotated[datetime, PlainSerializer(service_timestamp, return_type=str, when_used="json")]
     action: str
     targets: list[EventTarget] = Field(default_factory=list)
 

@@ -9,8 +9,9 @@ Runbook:
 3. Load ``checkpoint.json`` from ``output_dir`` (first run: ``start_date``, default: the whole
    log) and cut every day file back to the size the checkpoint committed: lines a crashed run
    wrote after its last checkpoint are removed, then read again.
-4. For each page after the checkpoint: append its entries to their day files, fsync, then
-   replace the checkpoint atomically. Each entry lands in the files exactly once.
+4. In slices of ``SLICE_PAGES`` pages after the checkpoint (one task run each, the run's
+   progress in the UI): append the entries to their day files, fsync them, then replace the
+   checkpoint atomically. Each entry lands in the files exactly once.
 
 See ``audit_log/jsonl_export.py`` for the file format.
 """
@@ -27,7 +28,6 @@ from pydantic import BaseModel, Field
 
 from audit_log.checkpoints import EventLogCheckpoint, exclusive_run
 from audit_log.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
-from audit_log.reading import iter_new_pages
 from compliance_api.errors import InputError
 from read_reports.filters import parse_timestamp
 from read_reports.tables import markdown_table, publish_markdown
@@ -35,9 +35,11 @@ from runtime.connection import compliance_client
 from runtime.form import AtLeastOne, Maybe, NonBlank, PageSize, Seconds, title
 from runtime.locks import LockTimeoutError
 from runtime.task_inputs import unwalked
-from tasks.event_logs import write_export_page
+from tasks.event_logs import export_pages
 
 DEFAULT_LOCK = "compliance-event-log-export"
+#: pages per task run (one fsync and one checkpoint each): 5,000 entries at the default size
+SLICE_PAGES = 50
 
 
 class ExportResult(BaseModel):
@@ -123,17 +125,23 @@ async def _export(
         )
     touched: set[str] = set()
     async with compliance_client() as client:
-        async for page in iter_new_pages(
-            client, checkpoint.log, page_size=page_size, max_pages=max_pages
-        ):
-            before = dict(checkpoint.lines)
-            checkpoint = await write_export_page(
-                export, checkpoint, unwalked(page.new_entries), page.checkpoint
+        more = True
+        while more and (max_pages is None or result.pages < max_pages):
+            pages = SLICE_PAGES if max_pages is None else min(SLICE_PAGES, max_pages - result.pages)
+            done = await export_pages(
+                client, unwalked(export), unwalked(checkpoint), page_size, pages
             )
-            touched.update(name for name, n in checkpoint.lines.items() if before.get(name) != n)
-            result.written += len(page.new_entries)
-            result.pages += 1
-            result.duplicates_skipped += page.skipped
+            checkpoint, more = done.checkpoint, done.more
+            touched |= done.touched
+            result.written += done.written
+            result.pages += done.pages
+            result.duplicates_skipped += done.duplicates_skipped
+            if more:
+                logger.info(
+                    "Exported %s entries so far, through %s",
+                    result.written,
+                    checkpoint.log.last_event_date,
+                )
     result.files = {name: checkpoint.lines[name] for name in sorted(touched)}
     result.last_event_id = checkpoint.log.last_event_id
     result.last_event_date = checkpoint.log.last_event_date

@@ -11,7 +11,8 @@ Runbook the flow follows:
    so an automation can tell its owner.
 4. Publish a markdown summary and two tables (by owner; most urgent items).
 
-Memory stays flat: one page plus bounded counters, however large the knowledge base.
+Memory stays flat: one slice of pages (``SLICE_PAGES``) plus bounded counters, however large the
+knowledge base.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from prefect.events import Event
 from pydantic import BaseModel, Field
 
 from compliance_api.client import ComplianceClient
-from compliance_api.models import Page
 from read_reports.events import kb_item_event
 from read_reports.filters import (
     ListFilters,
@@ -38,11 +38,13 @@ from runtime.events import EventSink
 from runtime.form import AtLeastOne, Maybe, NonNegative, PageSize, title
 from runtime.task_inputs import unwalked
 from tasks.events import send_events
-from tasks.knowledge_base import read_answers_page, read_resources_page
+from tasks.knowledge_base import read_answers, read_resources
 
 Source = Literal["resources", "answer_library"]
 SOURCES: tuple[Source, ...] = ("resources", "answer_library")
 Sources = Annotated[list[Source], Field(min_length=1)]
+#: pages per task run: the run's steps in the UI, and the items held at once (5,000 at 100)
+SLICE_PAGES = 50
 #: the values of ``KnowledgeBaseResourceType`` (a test keeps them equal)
 ResourceType = Literal["FILE", "URL"]
 
@@ -108,14 +110,16 @@ async def scan_source(
     cursor: str | None = None
     while True:
         if source == "resources":
-            page: Page[Any] = await read_resources_page(
-                client, params.resource_filter, params.page_size, cursor
+            read = await read_resources(
+                client, params.resource_filter, params.page_size, cursor, SLICE_PAGES
             )
         else:
-            page = await read_answers_page(client, params.answer_filter, params.page_size, cursor)
-        pages += 1
+            read = await read_answers(
+                client, params.answer_filter, params.page_size, cursor, SLICE_PAGES
+            )
+        pages += read.pages
         events: list[Event] = []
-        for record in page.data:
+        for record in read.items:
             item = as_item(record)
             reasons = tally.add(item)
             for reason in (Reason.EXPIRING_SOON, Reason.EXPIRED):
@@ -123,8 +127,8 @@ async def scan_source(
                     events.append(kb_item_event(item, reason, params.rules))
         if events and sink is not None:
             sent += await send_events(sink, unwalked(events))
-        cursor = page.page_info.end_cursor
-        if not page.page_info.has_next_page or not cursor:
+        cursor = read.cursor
+        if cursor is None:
             return pages, sent
 
 

@@ -1,29 +1,72 @@
-"""Knowledge-base reads: one API operation per task (resources and the answer library)."""
+"""Knowledge-base reads: a slice of pages of resources or of the answer library per task run.
+
+A page is one API call the client retries on its own (the one retry layer); a task run per page
+cost more than the call (docs/performance.md), so the UI shows one step per slice of pages.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 from prefect import task
 
 from compliance_api.client import ComplianceClient
-from compliance_api.models import (
-    AnswerLibraryEntry,
-    AnswerLibraryFilter,
-    KnowledgeBaseFilter,
-    KnowledgeBaseResource,
-    Page,
-)
+from compliance_api.models import AnswerLibraryFilter, KnowledgeBaseFilter, Page
 from runtime.retries import API_CALL
 
 
-@task(name="Read a page of knowledge-base resources", **API_CALL)
-async def read_resources_page(
-    client: ComplianceClient, filters: KnowledgeBaseFilter, page_size: int, cursor: str | None
-) -> Page[KnowledgeBaseResource]:
-    return await client.list_knowledge_base_resources_page(filters, page_size, cursor)
+@dataclass
+class PagesRead:
+    """The items of a slice of pages, and where the next slice starts (None: the end)."""
+
+    items: list[Any] = field(default_factory=list)
+    pages: int = 0
+    cursor: str | None = None
 
 
-@task(name="Read a page of the answer library", **API_CALL)
-async def read_answers_page(
-    client: ComplianceClient, filters: AnswerLibraryFilter, page_size: int, cursor: str | None
-) -> Page[AnswerLibraryEntry]:
-    return await client.list_answer_library_page(filters, page_size, cursor)
+async def _read(
+    client: ComplianceClient,
+    filters: KnowledgeBaseFilter | AnswerLibraryFilter,
+    page_size: int,
+    cursor: str | None,
+    pages: int,
+) -> PagesRead:
+    read = PagesRead()
+    while read.pages < pages:
+        page: Page[Any]
+        if isinstance(filters, KnowledgeBaseFilter):
+            page = await client.list_knowledge_base_resources_page(filters, page_size, cursor)
+        else:
+            page = await client.list_answer_library_page(filters, page_size, cursor)
+        read.items += page.data
+        read.pages += 1
+        cursor = page.page_info.end_cursor
+        if not page.page_info.has_next_page or not cursor:
+            return read
+    read.cursor = cursor
+    return read
+
+
+@task(name="Read knowledge-base resources", **API_CALL)
+async def read_resources(
+    client: ComplianceClient,
+    filters: KnowledgeBaseFilter,
+    page_size: int,
+    cursor: str | None,
+    pages: int,
+) -> PagesRead:
+    """Up to ``pages`` pages of resources from ``cursor``."""
+    return await _read(client, filters, page_size, cursor, pages)
+
+
+@task(name="Read the answer library", **API_CALL)
+async def read_answers(
+    client: ComplianceClient,
+    filters: AnswerLibraryFilter,
+    page_size: int,
+    cursor: str | None,
+    pages: int,
+) -> PagesRead:
+    """Up to ``pages`` pages of answer-library entries from ``cursor``."""
+    return await _read(client, filters, page_size, cursor, pages)

@@ -103,11 +103,15 @@ def test_export_repair_cuts_uncommitted_lines_and_refuses_foreign_files(tmp_path
     export = DayFileExport(tmp_path)
     checkpoint = ExportCheckpoint(log=EventLogCheckpoint())
     export.commit(checkpoint)
-    sizes, lines = export.append_page(checkpoint, [entry("a", T0), entry("b", T0 + timedelta(1))])
+    sizes: dict[str, int] = {}
+    lines: dict[str, int] = {}
+    written = export.append(sizes, lines, [entry("a", T0), entry("b", T0 + timedelta(1))])
     committed = ExportCheckpoint(log=checkpoint.log, files=sizes, lines=lines)
-    export.commit(committed)
-    # a crashed page: lines written, checkpoint not replaced
-    export.append_page(committed, [entry("c", T0 + timedelta(1)), entry("d", T0 + timedelta(2))])
+    export.sync_and_commit(written, committed)
+    # a crashed slice: lines written, checkpoint not replaced
+    export.append(
+        dict(sizes), dict(lines), [entry("c", T0 + timedelta(1)), entry("d", T0 + timedelta(2))]
+    )
     removed = export.repair(export.load() or committed)
     assert set(removed) == {"event-log-2025-03-02.jsonl", "event-log-2025-03-03.jsonl"}
     assert not (tmp_path / "event-log-2025-03-03.jsonl").exists()

@@ -12,6 +12,7 @@ from prefect.exceptions import ParameterTypeError
 
 from audit_log.jsonl_export import CHECKPOINT_FILE, DayFileExport
 from compliance_api.errors import InputError
+from flows import event_log_export
 from flows.event_log_export import export_event_log
 from sandbox.runner import SandboxHandle
 from tests.fixtures.runs import calls, no_calls
@@ -54,29 +55,43 @@ async def test_export_writes_every_entry_once_and_appends_only_new_ones(
     assert len(records) == len(log) and max(Counter(r["id"] for r in records).values()) == 1
 
 
+@pytest.mark.parametrize(
+    ("slice_pages", "dying_commit", "on_disk", "committed"),
+    [
+        (1, 3, 60, 30),  # slices of a page: page 2's commit dies, page 1 stays committed
+        (50, 2, 90, 0),  # one slice of 3 pages: its only commit dies, nothing committed
+    ],
+)
 async def test_crash_between_write_and_checkpoint_leaves_no_duplicate(
-    reads_env: SandboxHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    reads_env: SandboxHandle,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    slice_pages: int,
+    dying_commit: int,
+    on_disk: int,
+    committed: int,
 ) -> None:
     log = reads_env.sandbox.tiers["commercial"].dataset.events[-90:]
+    monkeypatch.setattr(event_log_export, "SLICE_PAGES", slice_pages)
     commits = 0
     original = DayFileExport.commit
 
-    def dies_on_the_third_commit(self: DayFileExport, checkpoint: Any) -> None:
+    def dies_on_a_commit(self: DayFileExport, checkpoint: Any) -> None:
         nonlocal commits
-        commits += 1  # 1: the new export's empty checkpoint, 2: page 1, 3: page 2
-        if commits == 3:
-            raise OSError("disk full after writing page 2, before its checkpoint")
+        commits += 1  # 1: the new export's empty checkpoint, then one per slice
+        if commits == dying_commit:
+            raise OSError("disk full after writing the slice, before its checkpoint")
         original(self, checkpoint)
 
-    monkeypatch.setattr(DayFileExport, "commit", dies_on_the_third_commit)
+    monkeypatch.setattr(DayFileExport, "commit", dies_on_a_commit)
     with pytest.raises(OSError, match="disk full"):
         await export_event_log(output_dir=str(tmp_path), start_date=log[0]["date"], page_size=30)
-    assert len(exported(tmp_path)) == 60  # page 2 is on disk but not committed
+    assert len(exported(tmp_path)) == on_disk  # the dying slice is on disk but not committed
 
     monkeypatch.setattr(DayFileExport, "commit", original)
     rerun = await export_event_log(output_dir=str(tmp_path), page_size=30)
     assert sum(rerun.repaired_bytes.values()) > 0
-    assert rerun.written == 60
+    assert rerun.written == 90 - committed
     assert [r["id"] for r in exported(tmp_path)] == [e["id"] for e in log]
     checkpoint = json.loads((tmp_path / CHECKPOINT_FILE).read_text())
     assert checkpoint["log"]["entries_total"] == 90
