@@ -13,14 +13,14 @@ a one-slot global concurrency limit), so a crashed run blocks the next one for a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 
 from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
-from compliance_api.models import EventLogEntry
+from compliance_api.models import LoggedEvent
 from runtime.locks import hold_lock
 
 #: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
@@ -56,7 +56,7 @@ class EventLogCheckpoint(BaseModel):
     entries_total: int = 0
     pages_total: int = 0
 
-    def already_handled(self, entry: EventLogEntry, *, by_cursor: bool) -> bool:
+    def already_handled(self, entry: LoggedEvent, *, by_cursor: bool) -> bool:
         """True for an entry this checkpoint covers (the dedupe that makes replays safe).
 
         After a cursor every entry is new by position, even one dated earlier (a late write),
@@ -72,7 +72,7 @@ class EventLogCheckpoint(BaseModel):
         return entry.date == self.last_event_date and entry.id in self.boundary_ids
 
     def after_page(
-        self, entries: list[EventLogEntry], end_cursor: str | None, handled: int
+        self, entries: Sequence[LoggedEvent], end_cursor: str | None, handled: int
     ) -> EventLogCheckpoint:
         """The checkpoint once every entry of a page is durable.
 

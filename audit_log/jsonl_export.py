@@ -26,18 +26,18 @@ from pydantic import BaseModel, Field
 
 from audit_log.checkpoints import EventLogCheckpoint
 from compliance_api.errors import InputError
-from compliance_api.models import EventLogEntry
+from compliance_api.models import LoggedEvent
 
 CHECKPOINT_FILE = "checkpoint.json"
 LOCK_FILE = ".export.lock"
 DAY_FILE = re.compile(r"^event-log-(\d{4}-\d{2}-\d{2})\.jsonl$")
 
 
-def day_file_name(entry: EventLogEntry) -> str:
+def day_file_name(entry: LoggedEvent) -> str:
     return f"event-log-{entry.date.astimezone(UTC).date().isoformat()}.jsonl"
 
 
-def entry_line(entry: EventLogEntry) -> bytes:
+def entry_line(entry: LoggedEvent) -> bytes:
     """One line: the entry as the API returned it (camelCase, its time as written, extra fields
     kept), serialised by pydantic in one call."""
     return entry.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n"
@@ -101,7 +101,7 @@ class DayFileExport:
         return removed
 
     def append(
-        self, files: dict[str, int], lines: dict[str, int], entries: list[EventLogEntry]
+        self, files: dict[str, int], lines: dict[str, int], entries: list[LoggedEvent]
     ) -> set[str]:
         """Append ``entries`` to their day files (not yet durable: see ``sync_and_commit``);
         ``files`` and ``lines`` become the sizes and line counts to commit. Returns the files

@@ -14,9 +14,10 @@ the steps the UI shows (docs/performance.md).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Generic, TypeVar
 
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_run_logger
@@ -24,27 +25,27 @@ from prefect.logging import get_run_logger
 from audit_log.checkpoints import EventLogCheckpoint
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InvalidRequestError
-from compliance_api.models import EventLogEntry, Page
+from compliance_api.models import EventLogEntry, LoggedEvent, Page
+
+E = TypeVar("E", bound=LoggedEvent)
+#: a client method reading one page: (start_date, page_cursor, page_size) -> the page
+Fetch = Callable[[datetime | None, str | None, int], Awaitable[Page[E]]]
 
 
 @dataclass
-class FetchedPage:
-    page: Page[EventLogEntry]
+class FetchedPage(Generic[E]):
+    page: Page[E]
     query_start: datetime | None
     by_cursor: bool
 
 
 async def read_page(
-    client: ComplianceClient, checkpoint: EventLogCheckpoint, page_size: int
-) -> FetchedPage:
+    fetch: Fetch[E], checkpoint: EventLogCheckpoint, page_size: int
+) -> FetchedPage[E]:
     """GET /v1/event-logs after the checkpoint: by its cursor, or by date if that is refused."""
     if checkpoint.cursor is not None:
         try:
-            page = await client.list_event_logs_page(
-                start_date=checkpoint.cursor_start_date,
-                page_cursor=checkpoint.cursor,
-                page_size=page_size,
-            )
+            page = await fetch(checkpoint.cursor_start_date, checkpoint.cursor, page_size)
             return FetchedPage(page, checkpoint.cursor_start_date, by_cursor=True)
         except InvalidRequestError as exc:
             _logger().warning(
@@ -54,8 +55,7 @@ async def read_page(
                 checkpoint.resume_date(),
             )
     start = checkpoint.resume_date()
-    page = await client.list_event_logs_page(start_date=start, page_size=page_size)
-    return FetchedPage(page, start, by_cursor=False)
+    return FetchedPage(await fetch(start, None, page_size), start, by_cursor=False)
 
 
 def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
@@ -67,31 +67,48 @@ def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
 
 
 @dataclass
-class LogPage:
+class LogPage(Generic[E]):
     """One page of the log: the entries not yet handled, and the checkpoint once they are."""
 
-    new_entries: list[EventLogEntry]
+    new_entries: list[E]
     checkpoint: EventLogCheckpoint
     fetched: int
     skipped: int
     has_next_page: bool
 
 
-async def iter_new_pages(
+def iter_new_pages(
     client: ComplianceClient,
     checkpoint: EventLogCheckpoint,
     *,
     page_size: int,
     max_pages: int | None = None,
-) -> AsyncIterator[LogPage]:
+) -> AsyncIterator[LogPage[EventLogEntry]]:
     """Pages after ``checkpoint``; the caller makes each durable, then saves ``page.checkpoint``.
 
     Each yielded checkpoint assumes the previous one was saved; if it was not (a crash), the
     next run starts again from the last saved one and the dedupe drops what is repeated.
     """
+    return _new_pages(client.list_event_logs_page, checkpoint, page_size, max_pages)
+
+
+def iter_new_logged_pages(
+    client: ComplianceClient,
+    checkpoint: EventLogCheckpoint,
+    *,
+    page_size: int,
+    max_pages: int | None = None,
+) -> AsyncIterator[LogPage[LoggedEvent]]:
+    """:func:`iter_new_pages` of entries kept as the service sent them (only id and date read)."""
+    return _new_pages(client.list_logged_events_page, checkpoint, page_size, max_pages)
+
+
+async def _new_pages(
+    fetch: Fetch[E], checkpoint: EventLogCheckpoint, page_size: int, max_pages: int | None
+) -> AsyncIterator[LogPage[E]]:
     pages = 0
     while max_pages is None or pages < max_pages:
-        fetched = await read_page(client, checkpoint, page_size)
+        fetched = await read_page(fetch, checkpoint, page_size)
         entries = fetched.page.data
         if not entries:
             return
@@ -113,10 +130,10 @@ async def iter_new_pages(
             return
 
 
-def _unique(entries: list[EventLogEntry]) -> list[EventLogEntry]:
+def _unique(entries: list[E]) -> list[E]:
     """A page never repeats an id, but a defensive pass costs nothing at 100 entries."""
     seen: set[str] = set()
-    unique: list[EventLogEntry] = []
+    unique: list[E] = []
     for entry in entries:
         if entry.id not in seen:
             seen.add(entry.id)

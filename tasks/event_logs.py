@@ -14,7 +14,7 @@ from prefect.cache_policies import NONE
 
 from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore
 from audit_log.jsonl_export import DayFileExport, ExportCheckpoint
-from audit_log.reading import iter_new_pages
+from audit_log.reading import iter_new_logged_pages
 from compliance_api.client import ComplianceClient
 from runtime.retries import API_CALL
 
@@ -61,7 +61,7 @@ async def export_pages(
     log = checkpoint.log
     files, lines = dict(checkpoint.files), dict(checkpoint.lines)
     touched: set[str] = set()
-    async for page in iter_new_pages(client, log, page_size=page_size, max_pages=pages):
+    async for page in iter_new_logged_pages(client, log, page_size=page_size, max_pages=pages):
         # in the loop, not a thread: buffered appends take a fraction of a millisecond, and a
         # second thread would hold the GIL for up to 5 ms whenever the loop waits on a socket
         touched |= export.append(files, lines, page.new_entries)
