@@ -34,6 +34,7 @@ from compliance_api.models import (
     MAX_PAGE_SIZE,
     AccountUpdate,
     AnswerLibraryEntry,
+    AnswerLibraryEntrySummary,
     AnswerLibraryFilter,
     ApproveQuestionnaire,
     CustomerTrustAccount,
@@ -43,6 +44,7 @@ from compliance_api.models import (
     GroupUpdateResult,
     KnowledgeBaseFilter,
     KnowledgeBaseResource,
+    KnowledgeBaseResourceSummary,
     ListEnvelope,
     LoggedEvent,
     PackageVulnerability,
@@ -77,6 +79,8 @@ _KB_PAGE = ListEnvelope[KnowledgeBaseResource]
 _ANSWER_PAGE = ListEnvelope[AnswerLibraryEntry]
 _EVENT_PAGE = ListEnvelope[EventLogEntry]
 _LOGGED_PAGE = ListEnvelope[LoggedEvent]
+_KB_SUMMARY_PAGE = ListEnvelope[KnowledgeBaseResourceSummary]
+_ANSWER_SUMMARY_PAGE = ListEnvelope[AnswerLibraryEntrySummary]
 _GROUP_RESULTS = ResultsEnvelope[GroupUpdateResult]
 _TAG_CATEGORIES = ResultsEnvelope[TagCategory]
 _VULNERABILITIES = ResourcesEnvelope[PackageVulnerability]
@@ -183,6 +187,24 @@ class ComplianceClient:
             "list_knowledge_base_resources", "/v1/knowledge-base/resources", params, _KB_PAGE
         )
 
+    async def list_knowledge_base_summaries_page(
+        self,
+        filters: KnowledgeBaseFilter | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+        page_cursor: str | None = None,
+    ) -> Page[KnowledgeBaseResourceSummary]:
+        """:meth:`list_knowledge_base_resources_page` reading only what a report over the whole
+        list needs (``KnowledgeBaseResourceSummary``)."""
+        params = _page_params(page_size, page_cursor)
+        if filters is not None:
+            params += filters.to_params()
+        return await self._get_page(
+            "list_knowledge_base_resources",
+            "/v1/knowledge-base/resources",
+            params,
+            _KB_SUMMARY_PAGE,
+        )
+
     async def iter_knowledge_base_resource_pages(
         self,
         filters: KnowledgeBaseFilter | Mapping[str, Any] | None = None,
@@ -221,6 +243,24 @@ class ComplianceClient:
             params += coerce_request(AnswerLibraryFilter, filters).to_params()
         return await self._get_page(
             "list_answer_library", "/v1/knowledge-base/answer-library", params, _ANSWER_PAGE
+        )
+
+    async def list_answer_library_summaries_page(
+        self,
+        filters: AnswerLibraryFilter | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+        page_cursor: str | None = None,
+    ) -> Page[AnswerLibraryEntrySummary]:
+        """:meth:`list_answer_library_page` reading only what a report over the whole list needs
+        (``AnswerLibraryEntrySummary``)."""
+        params = _page_params(page_size, page_cursor)
+        if filters is not None:
+            params += filters.to_params()
+        return await self._get_page(
+            "list_answer_library",
+            "/v1/knowledge-base/answer-library",
+            params,
+            _ANSWER_SUMMARY_PAGE,
         )
 
     async def iter_answer_library_pages(

@@ -540,6 +540,40 @@ class AnswerLibraryEntry(APIModel):
     tags: list[TagRef] = Field(default_factory=list)
 
 
+class OwnerRef(BaseModel):
+    """An owner as a report names it: id, type and display name as sent."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    id: str
+    type: str
+    display_name: str | None = None
+
+
+class KnowledgeItemSummary(BaseModel):
+    """What a report over a whole list reads of a knowledge-base record: owner and dates. The
+    rest of each record is skipped, not validated: reading every field of 100,000 records cost
+    more than the report itself (docs/performance.md)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    id: str
+    owner_assignment: OwnerRef | None = None
+    expiration_status: str | None = None
+    expiration_date: datetime | None = None
+    last_updated: datetime | None = None
+    last_verified: datetime | None = None
+
+
+class KnowledgeBaseResourceSummary(KnowledgeItemSummary):
+    title: str
+    url: str | None = None
+
+
+class AnswerLibraryEntrySummary(KnowledgeItemSummary):
+    question: str
+
+
 class StatusUpdater(APIModel):
     """Who changed a questionnaire's status."""
 

@@ -122,8 +122,10 @@ async def scan_source(
         for record in read.items:
             item = as_item(record)
             reasons = tally.add(item)
+            if sink is None:
+                continue
             for reason in (Reason.EXPIRING_SOON, Reason.EXPIRED):
-                if reason in reasons and sink is not None:
+                if reason in reasons:
                     events.append(kb_item_event(item, reason, params.rules))
         if events and sink is not None:
             sent += await send_events(sink, unwalked(events))

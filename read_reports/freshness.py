@@ -13,9 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
-from compliance_api.models import AnswerLibraryEntry, ExpirationStatus, KnowledgeBaseResource
+from compliance_api.models import (
+    AnswerLibraryEntry,
+    AnswerLibraryEntrySummary,
+    ExpirationStatus,
+    KnowledgeBaseResource,
+    KnowledgeBaseResourceSummary,
+)
 from read_reports.tables import BoundedTop
 
 UNASSIGNED = "(unassigned)"
@@ -69,15 +76,21 @@ class KbItem:
         return f"compliance.{prefix}.{self.id}"
 
 
-def as_item(record: KnowledgeBaseResource | AnswerLibraryEntry) -> KbItem:
-    """Normalize either list's record; the signed ``fileUrl`` is never carried along."""
+def as_item(
+    record: KnowledgeBaseResource
+    | AnswerLibraryEntry
+    | KnowledgeBaseResourceSummary
+    | AnswerLibraryEntrySummary,
+) -> KbItem:
+    """Normalize either list's record (in full or summary); the signed ``fileUrl`` is never
+    carried along."""
     actor = record.owner_assignment
     owner = (
         Owner(actor.id, str(actor.type), actor.display_name or actor.id)
         if actor is not None
         else Owner(None, None, UNASSIGNED)
     )
-    if isinstance(record, KnowledgeBaseResource):
+    if isinstance(record, KnowledgeBaseResource | KnowledgeBaseResourceSummary):
         kind, title, url = ItemKind.RESOURCE, record.title, record.url
     else:
         kind, title, url = ItemKind.ANSWER, record.question, None
@@ -100,11 +113,11 @@ class FreshnessRules:
     expiring_within_days: int
     not_verified_days: int
 
-    @property
+    @cached_property
     def expiring_horizon(self) -> datetime:
         return self.as_of + timedelta(days=self.expiring_within_days)
 
-    @property
+    @cached_property
     def verified_cutoff(self) -> datetime:
         return self.as_of - timedelta(days=self.not_verified_days)
 
@@ -198,7 +211,7 @@ class FreshnessTally:
 
     def _urgency(self, item: KbItem, reason: Reason) -> tuple[int, float]:
         """Expired longest ago, then expiring soonest, then verified longest ago."""
-        rank = list(Reason).index(reason)
+        rank = _RANK[reason]
         if reason is Reason.NOT_VERIFIED:
             moment = item.last_verified
             return rank, moment.timestamp() if moment else float("-inf")
@@ -225,6 +238,10 @@ class FreshnessTally:
             self.owners.values(), key=lambda counts: (-counts.needing_action, counts.name)
         )
         return [counts.row() for counts in ordered]
+
+
+#: a reason's place in the urgency order (expired first)
+_RANK = {reason: rank for rank, reason in enumerate(Reason)}
 
 
 def _short(text: str) -> str:

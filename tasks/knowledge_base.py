@@ -7,12 +7,17 @@ cost more than the call (docs/performance.md), so the UI shows one step per slic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from prefect import task
 
 from compliance_api.client import ComplianceClient
-from compliance_api.models import AnswerLibraryFilter, KnowledgeBaseFilter, Page
+from compliance_api.models import (
+    AnswerLibraryEntrySummary,
+    AnswerLibraryFilter,
+    KnowledgeBaseFilter,
+    KnowledgeBaseResourceSummary,
+    Page,
+)
 from runtime.retries import API_CALL
 
 
@@ -20,7 +25,9 @@ from runtime.retries import API_CALL
 class PagesRead:
     """The items of a slice of pages, and where the next slice starts (None: the end)."""
 
-    items: list[Any] = field(default_factory=list)
+    items: list[KnowledgeBaseResourceSummary | AnswerLibraryEntrySummary] = field(
+        default_factory=list
+    )
     pages: int = 0
     cursor: str | None = None
 
@@ -34,12 +41,12 @@ async def _read(
 ) -> PagesRead:
     read = PagesRead()
     while read.pages < pages:
-        page: Page[Any]
+        page: Page[KnowledgeBaseResourceSummary] | Page[AnswerLibraryEntrySummary]
         if isinstance(filters, KnowledgeBaseFilter):
-            page = await client.list_knowledge_base_resources_page(filters, page_size, cursor)
+            page = await client.list_knowledge_base_summaries_page(filters, page_size, cursor)
         else:
-            page = await client.list_answer_library_page(filters, page_size, cursor)
-        read.items += page.data
+            page = await client.list_answer_library_summaries_page(filters, page_size, cursor)
+        read.items.extend(page.data)
         read.pages += 1
         cursor = page.page_info.end_cursor
         if not page.page_info.has_next_page or not cursor:
