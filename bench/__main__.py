@@ -8,8 +8,8 @@
    with the Prefect server on SQLite and on PostgreSQL.
 2. token_contention: the shared token broker vs per-process minting (bench/token_contention.py),
    the shared broker on SQLite and on PostgreSQL, with the local and the Prefect token store.
-3. streaming_reads: peak RSS growth of the read flows at 10,000 vs 100,000 items
-   (bench/streaming_reads.py).
+3. streaming_reads: time and peak RSS growth of the read flows at 10,000 and 100,000 items, and
+   of the export at 1,000,000, against a plain httpx loop (bench/streaming_reads.py).
 4. demo_cold_start: ``make demo`` from a fresh interpreter vs a plain script doing its calls.
 5. burst: bursts of 40 and 400 discovered vendors through the whole stack, on SQLite (1 worker),
    on PostgreSQL (3 workers) and on PostgreSQL + Redis as 2 API replicas and a services process
@@ -122,7 +122,9 @@ def bench_burst(quick: bool, repeats: int | None, profile: bool) -> dict[str, An
 
 
 def bench_streaming_reads(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
-    args = ["--small", "2", "--large", "20"] if quick else ["--small", "20", "--large", "200"]
+    args = ["--small", "2", "--large", "20"]
+    if not quick:
+        args = ["--small", "20", "--large", "200", "--huge", "2000"]
     return _module("streaming_reads", args, timeout=1800)
 
 
@@ -559,7 +561,7 @@ FORMATTERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 TITLES = {
     "add_people": "1. Bulk add-people: flow vs plain asyncio-httpx",
     "token_contention": "2. Token contention: shared broker vs per-process minting",
-    "streaming_reads": "3. Streaming reads: peak RSS growth at 10,000 vs 100,000 items",
+    "streaming_reads": "3. Streaming reads: time and memory at 10,000, 100,000 and 1,000,000 items",
     "demo_cold_start": "4. Demo cold start",
     "burst": "5. Bursts of discovered vendors through the stack",
 }

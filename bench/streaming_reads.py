@@ -1,6 +1,7 @@
-"""Memory of the read flows: 10,000 vs 100,000 items, against a plain httpx loop.
+"""Time and memory of the read flows: 10,000, 100,000 and 1,000,000 items, against a plain
+httpx loop.
 
-    uv run --no-sync python -m bench.streaming_reads [--small 20 --large 200]
+    uv run --no-sync python -m bench.streaming_reads [--small 20 --large 200 --huge 2000]
 
 Starts two sandboxes (``--scale 20``: 10,000 audit entries and 10,000 knowledge-base items;
 ``--scale 200``: 100,000 of each) and a Prefect test server, then measures each case in a fresh
@@ -12,7 +13,9 @@ child process, so one case's memory high-water mark cannot hide another's:
 
 Reported per case: items, seconds, API calls (from the sandbox's stats) and the growth of peak
 RSS over the child's RSS just before the run (imports and a warm-up run already paid). Flat
-memory means the 100,000-item growth is about the 10,000-item growth.
+memory means the 100,000-item growth is about the 10,000-item growth. With ``--huge`` the export
+and its baseline also run over 1,000,000 entries (a sandbox of about 4 GB), for the targets of
+linear time and flat memory at that size (``HUGE_TARGETS``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,13 @@ CLIENT_ID = "demo-manage"
 CLIENT_SECRET = "demo-manage-secret-not-real"
 BENCH_TOKEN_LIMIT = "bench-streaming-token-endpoint"
 CASES = ("httpx-events", "export", "httpx-kb", "freshness")
+#: the cases run over the huge sandbox (the export is the one read that covers a whole log)
+HUGE_CASES = ("httpx-events", "export")
+#: the targets: each flow within this multiple of its baseline at the large size, and the
+#: export at the huge size with at most this much more peak RSS growth and this time ratio
+RATIO_TARGET = 2.0
+HUGE_RSS_GROWTH_MB = 30.0
+HUGE_TIME_RATIO = 11.0
 
 
 # --------------------------------------------------------------------------- measuring
@@ -175,6 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=20, help="sandbox scale of the small case")
     parser.add_argument("--large", type=int, default=200, help="sandbox scale of the large case")
+    parser.add_argument(
+        "--huge", type=int, default=0, help="sandbox scale of the export's huge case (0: none)"
+    )
     args = parser.parse_args(argv)
 
     from cryptography.fernet import Fernet
@@ -203,14 +216,14 @@ def main(argv: list[str] | None = None) -> None:
                 )
 
         asyncio.run(limit())
-        sandboxes = {}
-        for scale in (args.small, args.large):
-            sandboxes[scale * 500] = stack.enter_context(sandbox_process(scale=scale)).url
-        for size, url in sandboxes.items():
-            for case in CASES:
-                row = _measure(case, url, size, env)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+        for scale, cases in ((args.small, CASES), (args.large, CASES), (args.huge, HUGE_CASES)):
+            if not scale:
+                continue
+            with sandbox_process(scale=scale) as sandbox:  # one at a time: the huge one is big
+                for case in cases:
+                    row = _measure(case, sandbox.url, scale * 500, env)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     _print_table(rows)
 
 
@@ -222,21 +235,39 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     print("|---|---|---|---|---|")
     for case in CASES:
         for size in sizes:
-            row = by[(case, size)]
+            row = by.get((case, size))
+            if row is None:
+                continue
             print(
                 f"| {case} | {row['items']:,} | {row['seconds']:.1f} | {row['api_calls']:,} "
                 f"| {row['rss_growth_mb']:.1f} |"
             )
     print()
-    small, large = sizes[0], sizes[-1]
+    small, large = sizes[0], sizes[1]
     for ours, baseline in (("export", "httpx-events"), ("freshness", "httpx-kb")):
         growth = by[(ours, large)]["rss_growth_mb"] - by[(ours, small)]["rss_growth_mb"]
         base = by[(baseline, large)]["rss_growth_mb"] - by[(baseline, small)]["rss_growth_mb"]
         speed = by[(ours, large)]["seconds"] / max(by[(baseline, large)]["seconds"], 1e-9)
         print(
             f"{ours}: growth {small:,}->{large:,} items {growth:+.1f} MB "
-            f"(httpx baseline {base:+.1f} MB); time x{speed:.1f} of the baseline"
+            f"(httpx baseline {base:+.1f} MB); time x{speed:.2f} of the baseline "
+            f"({_verdict(speed <= RATIO_TARGET)} <= {RATIO_TARGET:g})"
         )
+    if len(sizes) > 2:
+        huge, export = sizes[2], "export"
+        growth = by[(export, huge)]["rss_growth_mb"] - by[(export, large)]["rss_growth_mb"]
+        ratio = by[(export, huge)]["seconds"] / max(by[(export, large)]["seconds"], 1e-9)
+        speed = by[(export, huge)]["seconds"] / max(by[("httpx-events", huge)]["seconds"], 1e-9)
+        print(
+            f"export {large:,}->{huge:,} entries: peak RSS growth {growth:+.1f} MB "
+            f"({_verdict(growth <= HUGE_RSS_GROWTH_MB)} <= {HUGE_RSS_GROWTH_MB:g} MB), time "
+            f"x{ratio:.2f} for x{huge // large} the entries ({_verdict(ratio <= HUGE_TIME_RATIO)} "
+            f"<= {HUGE_TIME_RATIO:g}); x{speed:.2f} of the baseline at {huge:,}"
+        )
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar
 from urllib.parse import urlsplit
@@ -760,12 +760,16 @@ class EventTarget(APIModel):
     type: str
 
 
+_NO_OFFSET = timedelta(0)
+
+
 def service_timestamp(moment: datetime) -> str:
     """How the service writes a time it returns: UTC, ``Z``, milliseconds (microseconds only if
     there are any), so a parsed entry dumps back to the text it came as."""
-    utc = moment.astimezone(UTC)
-    spec = "milliseconds" if utc.microsecond % 1000 == 0 else "microseconds"
-    return utc.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+    if moment.utcoffset() != _NO_OFFSET:  # the service's own times are UTC already
+        moment = moment.astimezone(UTC)
+    spec = "milliseconds" if moment.microsecond % 1000 == 0 else "microseconds"
+    return moment.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
 
 
 class LoggedEvent(APIModel):
