@@ -32,7 +32,6 @@ from runtime.credentials import load_run_settings
 from runtime.form import Maybe, title
 from runtime.settings import runtime_settings
 from tasks.documents import create_document_link
-from tasks.flow_runs import flow_run_is_active
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -101,8 +100,6 @@ class DocumentLinks(WriteJob[DocumentLinkInput]):
     def __init__(self, ledger: LinkLedger, unconfirmed: UnconfirmedLinks = "report") -> None:
         self.ledger = ledger
         self.unconfirmed = unconfirmed
-        #: other runs found holding claims, and whether they were still going
-        self._active: dict[str, bool] = {}
 
     def plan(self, unit: Sequence[DocumentLinkInput]) -> list[ItemResult]:
         (item,) = unit
@@ -122,7 +119,7 @@ class DocumentLinks(WriteJob[DocumentLinkInput]):
         run_id = current_flow_run_id()
         earlier = self.ledger.claim(item.document_id, item.url, run_id)
         if earlier is not None:
-            settled = await self._settle_earlier(item, earlier, run_id)
+            settled = self._settle_earlier(item, earlier, run_id)
             if settled is not None:
                 return [settled]
         try:
@@ -132,17 +129,12 @@ class DocumentLinks(WriteJob[DocumentLinkInput]):
         self.ledger.mark_attached(item.document_id, item.url, link.id, run_id)
         return [_result(item, Outcome.SUCCEEDED, "attached", response=f"link {link.id}")]
 
-    async def _settle_earlier(
+    def _settle_earlier(
         self, item: DocumentLinkInput, entry: LedgerEntry, run_id: str | None
     ) -> ItemResult | None:
         """The result for a link the ledger already knows, or None to send it (resend)."""
         if entry.state == "attached":
             return _result(item, Outcome.SKIPPED, f"already attached ({entry.describe()})")
-        if await self._held_by_another_live_run(entry, run_id):
-            # that run sends it and reports its fate; this one must neither send nor review it
-            return _result(
-                item, Outcome.SKIPPED, f"being attached by run {entry.flow_run_id} right now"
-            )
         if self.unconfirmed == "resend":
             self.ledger.reclaim(item.document_id, item.url, run_id)
             return None
@@ -156,14 +148,6 @@ class DocumentLinks(WriteJob[DocumentLinkInput]):
             + _review_hint(item),
             rerun=True,
         )
-
-    async def _held_by_another_live_run(self, entry: LedgerEntry, run_id: str | None) -> bool:
-        holder = entry.flow_run_id
-        if holder is None or holder == run_id:
-            return False
-        if holder not in self._active:
-            self._active[holder] = await flow_run_is_active(holder)
-        return self._active[holder]
 
     def _failed(self, item: DocumentLinkInput, error: BaseException) -> ItemResult:
         """A refusal frees the ledger entry; an unknown fate keeps it pending for review."""

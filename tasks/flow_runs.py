@@ -1,8 +1,7 @@
-"""Prefect flow-run operations: read a run with its state history, reschedule a crashed run,
-tell whether a run is still going.
+"""Prefect flow-run operations: read a run with its state history, reschedule a crashed run.
 
-Crash recovery (``flows/recover_crashed_runs.py``) and the document-link job use them; each is
-one call to the Prefect API, retried by Prefect when the server is busy.
+Crash recovery (``flows/recover_crashed_runs.py``) uses them; each is one call to the Prefect
+API, retried by Prefect when the server is busy.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from prefect.cache_policies import NONE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.responses import OrchestrationResult
-from prefect.exceptions import ObjectNotFound
 from prefect.states import AwaitingRetry
 
 FLOW_RUN_RESOURCE_PREFIX = "prefect.flow-run."
@@ -69,17 +67,3 @@ async def reschedule_run(flow_run_id: UUID, message: str) -> bool:
             force=True,
         )
     return result.state is not None and result.state.type == StateType.SCHEDULED
-
-
-async def flow_run_is_active(flow_run_id: str) -> bool:
-    """Whether the run is still going (not in a final state); False for an unknown id."""
-    try:
-        run_id = flow_run_uuid(flow_run_id)
-    except ValueError:
-        return False
-    async with get_client() as client:
-        try:
-            run = await client.read_flow_run(run_id)
-        except ObjectNotFound:
-            return False
-    return run.state is not None and not run.state.is_final()

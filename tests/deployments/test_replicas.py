@@ -6,8 +6,8 @@ process, three workers spread over the replicas, each with its own state directo
   restart: its worker and flow runs retry meanwhile). Every vendor is managed exactly once,
   with one token mint and no 401, and every event reached the event store.
 - Two workers' environments (separate state directories, the shared link ledger) attach the
-  same 200 links at the same moment: each link is attached exactly once, and each run skips,
-  without asking for a review, what the other is sending.
+  same 200 links at the same moment: each link is attached exactly once; a link the other run
+  had claimed is reported for review, never sent twice.
 
 This is the recipe of docs/scaling.md, run as written there (``python -m deployments.serve
 --database-url ... --redis-url ... --api-replicas 2 --workers 3``).
@@ -163,11 +163,16 @@ def test_two_machines_attaching_the_same_links_attach_each_once(stack: LocalStac
     attached = control.stats()["write_counts"]["document_link"]
     expected = {f"{link['document_id']} {link['url']}" for link in links}
     assert set(attached) == expected and set(attached.values()) == {1}, "each link attached once"
-    # each run sent what it claimed and skipped what the other was sending: no review, no error
-    assert [set(summary["counts"]) <= {"succeeded", "skipped"} for summary in summaries] == [
-        True,
-        True,
-    ], [summary["counts"] for summary in summaries]
+    # each run sent what it claimed and skipped what the other had attached; a link the other
+    # run had claimed but not yet attached is reported for review
+    # (its fate not yet known), never sent twice and never dropped
+    for summary in summaries:
+        assert set(summary["counts"]) <= {"succeeded", "skipped", "needs_review"}, summary["counts"]
+        review = {
+            f"{f['rerun_input']['document_id']} {f['rerun_input']['url']}"
+            for f in (summary["failed_items"])
+        }
+        assert review <= expected and len(review) == summary["counts"].get("needs_review", 0)
     assert sum(summary["counts"].get("succeeded", 0) for summary in summaries) == LINKS
 
 
