@@ -170,7 +170,7 @@ def serve(options: StackOptions) -> int:
                 return 1
             time.sleep(1.0)
     except (KeyboardInterrupt, Stop):
-        print("\nStopping the worker, the Prefect server and the sandbox ...", flush=True)
+        print("\nStopping the workers, the Prefect processes and the sandbox ...", flush=True)
         return 0
     except (RuntimeError, TimeoutError, DatabaseError) as error:
         print(f"Could not start the stack: {error}", file=sys.stderr, flush=True)
