@@ -180,9 +180,7 @@ class ComplianceClient:
         page_cursor: str | None = None,
     ) -> Page[KnowledgeBaseResource]:
         """One page, for callers that checkpoint the cursor themselves."""
-        params = _page_params(page_size, page_cursor)
-        if filters is not None:
-            params += coerce_request(KnowledgeBaseFilter, filters).to_params()
+        params = _filtered_page_params(KnowledgeBaseFilter, filters, page_size, page_cursor)
         return await self._get_page(
             "list_knowledge_base_resources", "/v1/knowledge-base/resources", params, _KB_PAGE
         )
@@ -195,9 +193,7 @@ class ComplianceClient:
     ) -> Page[KnowledgeBaseResourceSummary]:
         """:meth:`list_knowledge_base_resources_page` reading only what a report over the whole
         list needs (``KnowledgeBaseResourceSummary``)."""
-        params = _page_params(page_size, page_cursor)
-        if filters is not None:
-            params += filters.to_params()
+        params = _filtered_page_params(KnowledgeBaseFilter, filters, page_size, page_cursor)
         return await self._get_page(
             "list_knowledge_base_resources",
             "/v1/knowledge-base/resources",
@@ -238,9 +234,7 @@ class ComplianceClient:
         page_cursor: str | None = None,
     ) -> Page[AnswerLibraryEntry]:
         """One page, for callers that checkpoint the cursor themselves."""
-        params = _page_params(page_size, page_cursor)
-        if filters is not None:
-            params += coerce_request(AnswerLibraryFilter, filters).to_params()
+        params = _filtered_page_params(AnswerLibraryFilter, filters, page_size, page_cursor)
         return await self._get_page(
             "list_answer_library", "/v1/knowledge-base/answer-library", params, _ANSWER_PAGE
         )
@@ -253,9 +247,7 @@ class ComplianceClient:
     ) -> Page[AnswerLibraryEntrySummary]:
         """:meth:`list_answer_library_page` reading only what a report over the whole list needs
         (``AnswerLibraryEntrySummary``)."""
-        params = _page_params(page_size, page_cursor)
-        if filters is not None:
-            params += filters.to_params()
+        params = _filtered_page_params(AnswerLibraryFilter, filters, page_size, page_cursor)
         return await self._get_page(
             "list_answer_library",
             "/v1/knowledge-base/answer-library",
@@ -300,9 +292,7 @@ class ComplianceClient:
         page_size: int = MAX_PAGE_SIZE,
     ) -> Page[EventLogEntry]:
         """One page; a watcher stores ``page_info.end_cursor`` to resume where it stopped."""
-        params = _page_params(page_size, page_cursor)
-        if start_date is not None:
-            params.append(("startDate", _iso(start_date, "start_date")))
+        params = _event_log_params(start_date, page_cursor, page_size)
         return await self._get_page("list_event_logs", "/v1/event-logs", params, _EVENT_PAGE)
 
     async def list_logged_events_page(
@@ -313,9 +303,7 @@ class ComplianceClient:
     ) -> Page[LoggedEvent]:
         """:meth:`list_event_logs_page` with only ``id`` and ``date`` checked, the rest kept as
         sent: for copying entries unchanged (the export)."""
-        params = _page_params(page_size, page_cursor)
-        if start_date is not None:
-            params.append(("startDate", _iso(start_date, "start_date")))
+        params = _event_log_params(start_date, page_cursor, page_size)
         return await self._get_page("list_event_logs", "/v1/event-logs", params, _LOGGED_PAGE)
 
     async def iter_event_log_pages(
@@ -585,6 +573,28 @@ def check_page_size(page_size: int, parameter: str = "page_size") -> int:
     if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise InputError(parameter, page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
     return page_size
+
+
+def _filtered_page_params(
+    model: type[KnowledgeBaseFilter] | type[AnswerLibraryFilter],
+    filters: KnowledgeBaseFilter | AnswerLibraryFilter | Mapping[str, Any] | None,
+    page_size: int,
+    page_cursor: str | None,
+) -> list[tuple[str, str]]:
+    """A list page's query: size, cursor and the list's filters (a model or a mapping)."""
+    params = _page_params(page_size, page_cursor)
+    if filters is not None:
+        params += coerce_request(model, filters).to_params()
+    return params
+
+
+def _event_log_params(
+    start_date: datetime | None, page_cursor: str | None, page_size: int
+) -> list[tuple[str, str]]:
+    params = _page_params(page_size, page_cursor)
+    if start_date is not None:
+        params.append(("startDate", _iso(start_date, "start_date")))
+    return params
 
 
 def _page_params(page_size: int, page_cursor: str | None) -> list[tuple[str, str]]:

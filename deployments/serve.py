@@ -19,7 +19,7 @@ from types import FrameType
 
 import httpx
 
-from deployments.database import DatabaseError
+from deployments.database import DatabaseError, redact_text
 from deployments.resources import WORK_POOL_NAME
 from deployments.stack import (
     DEFAULT_PREFECT_PORT,
@@ -27,7 +27,6 @@ from deployments.stack import (
     DEFAULT_STATE_DIR,
     LocalStack,
     StackOptions,
-    redacted_url,
 )
 
 
@@ -125,7 +124,7 @@ def banner(stack: LocalStack, seconds: float) -> str:
         f"  Database:      {stack.database_label}",
     ]
     if stack.options.redis_url:
-        lines.append(f"  Redis:         {redacted_url(stack.options.redis_url)}")
+        lines.append(f"  Redis:         {redact_text(stack.options.redis_url)}")
     if len(stack.replicas) > 1:
         others = ", ".join(server.api_url for server in stack.replicas[1:])
         count = len(stack.replicas)

@@ -37,7 +37,7 @@ from cryptography.fernet import Fernet
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from deployments.automations import BLOCK_ENV, GRACE_ENV, WEBHOOK_ENV
-from deployments.database import parse_database_url, redacted
+from deployments.database import parse_database_url, redact_text, redacted
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
@@ -145,7 +145,7 @@ class StackOptions:
             parse_database_url(self.database_url)  # a clear error before anything starts
         if self.redis_url is not None and urlsplit(self.redis_url).scheme not in REDIS_SCHEMES:
             raise ValueError(
-                f"redis_url={redacted_url(self.redis_url)!r}: must be a redis:// or rediss:// URL"
+                f"redis_url={redact_text(self.redis_url)!r}: must be a redis:// or rediss:// URL"
             )
         if self.api_replicas > 1 and (self.database_url is None or self.redis_url is None):
             raise ValueError(
@@ -160,15 +160,6 @@ REDIS_SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
 def _check_count(name: str, value: object, most: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
         raise ValueError(f"{name}={value!r}: must be a whole number from 1 to {most}")
-
-
-def redacted_url(url: str) -> str:
-    """``url`` without its password (for banners and errors)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return parts._replace(netloc=netloc).geturl()
 
 
 class LocalStack:

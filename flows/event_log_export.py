@@ -120,7 +120,7 @@ async def _export(
     result.repaired_bytes = export.repair(checkpoint)
     if result.repaired_bytes:
         logger.warning(
-            "Removed lines written after the last checkpoint (a run stopped mid-page): %s",
+            "Removed lines written after the last checkpoint (a run stopped mid-slice): %s",
             result.repaired_bytes,
         )
     touched: set[str] = set()

@@ -29,6 +29,7 @@ from tests.fixtures.stack import (
     flow_runs,
     run_deployment,
     state_of,
+    triggered_runs,
 )
 
 pytestmark = pytest.mark.timeout(480)
@@ -99,11 +100,6 @@ def retry_from_the_ui(stack: LocalStack, flow_run_id: str) -> None:
     """What the UI's Retry button sends: the run back to Scheduled (AwaitingRetry), forced."""
     state = {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"}
     stack.request("POST", f"/flow_runs/{flow_run_id}/set_state", {"state": state, "force": True})
-
-
-def triggered_runs(stack: LocalStack, name: str) -> list[dict[str, Any]]:
-    """Runs of the deployment that its trigger (or a person) created, not its schedule."""
-    return [run for run in flow_runs(stack, name) if not run["auto_scheduled"]]
 
 
 def caught_up_runs(stack: LocalStack, name: str) -> list[dict[str, Any]]:

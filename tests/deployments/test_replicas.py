@@ -31,8 +31,9 @@ from tests.fixtures.stack import (
     eventually,
     final,
     finished,
-    flow_runs,
+    managed,
     run_deployment,
+    triggered_runs,
 )
 
 pytestmark = pytest.mark.timeout(900)
@@ -95,7 +96,7 @@ def test_a_burst_survives_a_services_restart_and_a_rolling_restart(stack: LocalS
     )
     bridged = eventually("the bridge run", lambda: finished(stack, bridge), timeout=300)
     assert bridged["type"] == "COMPLETED", bridged
-    assert triggered(stack, PROMOTE) == [], "no trigger can fire without the services"
+    assert triggered_runs(stack, PROMOTE) == [], "no trigger can fire without the services"
     stack.children.insert(0, stack.services.launch())
     stack.services.wait_ready()
 
@@ -105,7 +106,7 @@ def test_a_burst_survives_a_services_restart_and_a_rolling_restart(stack: LocalS
     stack.restart_prefect_server(stack.replicas[1])
 
     def all_done() -> list[dict[str, Any]] | None:
-        runs = triggered(stack, PROMOTE)
+        runs = triggered_runs(stack, PROMOTE)
         return runs if final(runs) and set(managed(control)) >= vendors else None
 
     runs = eventually("every vendor managed", all_done, timeout=600)
@@ -174,16 +175,6 @@ def test_two_machines_attaching_the_same_links_attach_each_once(stack: LocalStac
         }
         assert review <= expected and len(review) == summary["counts"].get("needs_review", 0)
     assert sum(summary["counts"].get("succeeded", 0) for summary in summaries) == LINKS
-
-
-def triggered(stack: LocalStack, name: str) -> list[dict[str, Any]]:
-    """The deployment's runs that its trigger created (not its catch-up schedule's)."""
-    return [run for run in flow_runs(stack, name) if not run["auto_scheduled"]]
-
-
-def managed(control: SandboxControl) -> dict[str, int]:
-    counts: dict[str, int] = control.stats()["write_counts"]["add_to_managed"]
-    return counts
 
 
 def events_named(stack: LocalStack, name: str, since: datetime) -> int:

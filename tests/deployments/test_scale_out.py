@@ -43,7 +43,9 @@ from tests.fixtures.stack import (
     final,
     finished,
     flow_runs,
+    managed,
     run_deployment,
+    triggered_runs,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -184,7 +186,7 @@ def test_a_burst_with_a_worker_killed_mid_way_loses_nothing(
     seen: list[dict[str, Any]] = []
 
     def all_done() -> list[dict[str, Any]] | None:
-        seen[:] = runs = triggered(stack, PROMOTE)
+        seen[:] = runs = triggered_runs(stack, PROMOTE)
         done = bool(runs) and final(runs) and set(managed(control)) >= vendors
         return runs if done and not busy_recoveries(stack) else None
 
@@ -226,11 +228,6 @@ def started_without_a_heartbeat(stack: LocalStack) -> str:
     return str(stack.request("POST", path, body).json()["id"])
 
 
-def triggered(stack: LocalStack, name: str) -> list[dict[str, Any]]:
-    """The deployment's runs that its trigger created (not its catch-up schedule's)."""
-    return [run for run in flow_runs(stack, name) if not run["auto_scheduled"]]
-
-
 def running_promotion(stack: LocalStack, promote: str) -> list[psutil.Process] | None:
     """The worker (and its flow-run processes) one of whose processes runs a run of the
     deployment ``promote`` that is Running now (a kill then surely interrupts it: a process
@@ -247,13 +244,6 @@ def running_promotion(stack: LocalStack, promote: str) -> list[psutil.Process] |
                 if run["deployment_id"] == promote and run["state"]["type"] == "RUNNING":
                     return tree
     return None
-
-
-def managed(control: SandboxControl) -> dict[str, int]:
-    """Promotion calls per discovered vendor (a repeat after a crash is harmless: the vendor
-    is managed once, which is what the sandbox returns again)."""
-    counts: dict[str, int] = control.stats()["write_counts"]["add_to_managed"]
-    return counts
 
 
 def crashed(stack: LocalStack, run: dict[str, Any]) -> bool:
