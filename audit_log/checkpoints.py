@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
+from typing import Protocol, TypeVar
 
 from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
-from compliance_api.models import LoggedEvent
 from runtime.locks import hold_lock
 
 #: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
@@ -42,6 +42,19 @@ START_MARGIN = timedelta(minutes=5)
 RUN_LOCK_PREFIX = "run-"
 
 
+class Logged(Protocol):
+    """What a checkpoint reads of an audit entry (``EventLogEntry`` and ``LoggedEvent`` alike)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def date(self) -> datetime: ...
+
+
+L = TypeVar("L", bound=Logged)
+
+
 class EventLogCheckpoint(BaseModel):
     """How far an audit-log reader got. JSON-serializable, small, versioned."""
 
@@ -56,23 +69,26 @@ class EventLogCheckpoint(BaseModel):
     entries_total: int = 0
     pages_total: int = 0
 
-    def already_handled(self, entry: LoggedEvent, *, by_cursor: bool) -> bool:
-        """True for an entry this checkpoint covers (the dedupe that makes replays safe).
+    def unhandled(self, entries: Sequence[L], *, by_cursor: bool) -> list[L]:
+        """The entries of a page this checkpoint does not cover, each id once: the dedupe that
+        makes replays safe.
 
         After a cursor every entry is new by position, even one dated earlier (a late write),
-        so only the ids at the boundary are checked; after a bare ``startDate`` everything
-        older than the checkpoint, and the boundary ids at its timestamp, were handled.
+        so only the ids at the boundary were handled; after a bare ``startDate`` everything older
+        than the checkpoint was too. A page never repeats an id; if one did, it counts once.
         """
-        if self.last_event_date is None:
-            return False
-        if by_cursor:
-            return entry.id in self.boundary_ids
-        if entry.date < self.last_event_date:
-            return True
-        return entry.date == self.last_event_date and entry.id in self.boundary_ids
+        last = self.last_event_date
+        seen = set(self.boundary_ids) if last is not None else set()
+        fresh: list[L] = []
+        for entry in entries:
+            if entry.id in seen or (last is not None and not by_cursor and entry.date < last):
+                continue
+            seen.add(entry.id)
+            fresh.append(entry)
+        return fresh
 
     def after_page(
-        self, entries: Sequence[LoggedEvent], end_cursor: str | None, handled: int
+        self, entries: Sequence[Logged], end_cursor: str | None, handled: int
     ) -> EventLogCheckpoint:
         """The checkpoint once every entry of a page is durable.
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from datetime import UTC
+from datetime import UTC, date
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+from pydantic_core import to_json
 
 from audit_log.checkpoints import EventLogCheckpoint
 from compliance_api.errors import InputError
@@ -33,14 +34,8 @@ LOCK_FILE = ".export.lock"
 DAY_FILE = re.compile(r"^event-log-(\d{4}-\d{2}-\d{2})\.jsonl$")
 
 
-def day_file_name(entry: LoggedEvent) -> str:
-    return f"event-log-{entry.date.astimezone(UTC).date().isoformat()}.jsonl"
-
-
-def entry_line(entry: LoggedEvent) -> bytes:
-    """One line: the entry as the API returned it (camelCase, its time as written, extra fields
-    kept), serialised by pydantic in one call."""
-    return entry.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n"
+def day_file_name(day: date) -> str:
+    return f"event-log-{day.isoformat()}.jsonl"
 
 
 class ExportCheckpoint(BaseModel):
@@ -106,15 +101,19 @@ class DayFileExport:
         """Append ``entries`` to their day files (not yet durable: see ``sync_and_commit``);
         ``files`` and ``lines`` become the sizes and line counts to commit. Returns the files
         written."""
-        grouped: dict[str, list[bytes]] = defaultdict(list)
+        by_day: dict[date, list[bytes]] = defaultdict(list)
         for entry in entries:
-            grouped[day_file_name(entry)].append(entry_line(entry))
-        for name, rows in grouped.items():
+            # the entry's JSON object as the API returned it: same fields, order and values
+            by_day[entry.date.astimezone(UTC).date()].append(to_json(entry.record))
+        written: set[str] = set()
+        for day, rows in by_day.items():
+            name = day_file_name(day)
             with (self.directory / name).open("ab") as handle:
-                handle.write(b"".join(rows))
+                handle.write(b"\n".join(rows) + b"\n")
                 files[name] = handle.tell()
             lines[name] = lines.get(name, 0) + len(rows)
-        return set(grouped)
+            written.add(name)
+        return written
 
     def sync_and_commit(self, written: set[str], checkpoint: ExportCheckpoint) -> None:
         """fsync the day files written, then commit: the order that makes it exactly once."""

@@ -27,7 +27,7 @@ from compliance_api.client import ComplianceClient
 from compliance_api.errors import InvalidRequestError
 from compliance_api.models import EventLogEntry, LoggedEvent, Page
 
-E = TypeVar("E", bound=LoggedEvent)
+E = TypeVar("E", EventLogEntry, LoggedEvent)
 #: a client method reading one page: (start_date, page_cursor, page_size) -> the page
 Fetch = Callable[[datetime | None, str | None, int], Awaitable[Page[E]]]
 
@@ -112,9 +112,7 @@ async def _new_pages(
         entries = fetched.page.data
         if not entries:
             return
-        fresh = _unique(
-            [e for e in entries if not checkpoint.already_handled(e, by_cursor=fetched.by_cursor)]
-        )
+        fresh = checkpoint.unhandled(entries, by_cursor=fetched.by_cursor)
         checkpoint = checkpoint.after_page(
             entries, fetched.page.page_info.end_cursor, len(fresh)
         ).model_copy(update={"cursor_start_date": fetched.query_start})
@@ -128,14 +126,3 @@ async def _new_pages(
         )
         if not fetched.page.page_info.has_next_page:
             return
-
-
-def _unique(entries: list[E]) -> list[E]:
-    """A page never repeats an id, but a defensive pass costs nothing at 100 entries."""
-    seen: set[str] = set()
-    unique: list[E] = []
-    for entry in entries:
-        if entry.id not in seen:
-            seen.add(entry.id)
-            unique.append(entry)
-    return unique

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar
 from urllib.parse import urlsplit
@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SkipValidation,
     ValidationError,
     field_validator,
     model_validator,
@@ -760,33 +761,34 @@ class EventTarget(APIModel):
     type: str
 
 
-_NO_OFFSET = timedelta(0)
-
-
-def service_timestamp(moment: datetime) -> str:
-    """How the service writes a time it returns: UTC, ``Z``, milliseconds (microseconds only if
-    there are any), so a parsed entry dumps back to the text it came as."""
-    if moment.utcoffset() != _NO_OFFSET:  # the service's own times are UTC already
-        moment = moment.astimezone(UTC)
-    spec = "milliseconds" if moment.microsecond % 1000 == 0 else "microseconds"
-    return moment.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
-
-
-class LoggedEvent(APIModel):
-    """An audit entry with only ``id`` and ``date`` checked; every other field is kept exactly as
-    the service sent it (as extra fields). For the export, which writes entries back unchanged:
-    validating the whole entry cost more than reading it (docs/performance.md)."""
-
-    id: str
-    date: Annotated[datetime, PlainSerializer(service_timestamp, return_type=str, when_used="json")]
-
-
-class EventLogEntry(LoggedEvent):
+class EventLogEntry(APIModel):
     """One audit event: who did what to which targets, when."""
 
+    id: str
+    date: datetime
     actor: Actor
     action: str
     targets: list[EventTarget] = Field(default_factory=list)
+
+
+class LoggedEvent(BaseModel):
+    """An audit entry kept exactly as the service sent it (``record``), with ``id`` and ``date``
+    read from it. For the export, which writes entries back unchanged: validating and
+    re-serialising every field cost more than reading the page (docs/performance.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    date: datetime
+    record: SkipValidation[dict[str, Any]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_record(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data  # pydantic reports the type
+        read = {key: data[key] for key in ("id", "date") if key in data}
+        return {**read, "record": data}
 
 
 class TagCategory(APIModel):

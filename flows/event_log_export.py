@@ -38,8 +38,8 @@ from runtime.task_inputs import unwalked
 from tasks.event_logs import export_pages
 
 DEFAULT_LOCK = "compliance-event-log-export"
-#: pages per task run (one fsync and one checkpoint each): 5,000 entries at the default size
-SLICE_PAGES = 50
+#: pages per task run (one fsync and one checkpoint each): 20,000 entries at the default size
+SLICE_PAGES = 200
 
 
 class ExportResult(BaseModel):

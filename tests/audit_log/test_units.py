@@ -5,28 +5,36 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from audit_log.checkpoints import MAX_BOUNDARY_IDS, EventLogCheckpoint
 from audit_log.events import audit_event, event_name, resource_kind
 from audit_log.jsonl_export import DayFileExport, ExportCheckpoint
 from compliance_api.errors import InputError
-from compliance_api.models import EventLogEntry
+from compliance_api.models import EventLogEntry, LoggedEvent
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
+def record(entry_id: str, at: datetime, action: str = "VENDOR_DISCOVERED") -> dict[str, Any]:
+    return {
+        "id": entry_id,
+        "actor": {"id": "u1", "type": "USER"},
+        "date": at.isoformat(),
+        "action": action,
+        "targets": [{"id": f"t-{entry_id}", "type": "DiscoveredVendor"}],
+    }
+
+
 def entry(entry_id: str, at: datetime, action: str = "VENDOR_DISCOVERED") -> EventLogEntry:
-    return EventLogEntry.model_validate(
-        {
-            "id": entry_id,
-            "actor": {"id": "u1", "type": "USER"},
-            "date": at.isoformat(),
-            "action": action,
-            "targets": [{"id": f"t-{entry_id}", "type": "DiscoveredVendor"}],
-        }
-    )
+    return EventLogEntry.model_validate(record(entry_id, at, action))
+
+
+def logged(entry_id: str, at: datetime) -> LoggedEvent:
+    return LoggedEvent.model_validate(record(entry_id, at))
 
 
 # ------------------------------------------------------------------ checkpoint dedupe
@@ -38,13 +46,20 @@ def test_checkpoint_skips_the_boundary_and_older_entries_when_resuming_by_date()
     assert checkpoint.last_event_date == T0 + timedelta(seconds=1)
     assert checkpoint.boundary_ids == ["b"]
     # by date: a (older) and b (boundary) were handled, c is new
-    assert [e.id for e in page if not checkpoint.already_handled(e, by_cursor=False)] == ["c"]
+    assert [e.id for e in checkpoint.unhandled(page, by_cursor=False)] == ["c"]
     # same timestamp, different id: new
     late_twin = entry("b2", T0 + timedelta(seconds=1))
-    assert not checkpoint.already_handled(late_twin, by_cursor=False)
-    # after a cursor, position decides: an older-dated late write is still new
-    assert not checkpoint.already_handled(entry("late", T0 - timedelta(1)), by_cursor=True)
-    assert checkpoint.already_handled(entry("b", T0 + timedelta(seconds=1)), by_cursor=True)
+    assert checkpoint.unhandled([late_twin], by_cursor=False) == [late_twin]
+    # after a cursor, position decides: an older-dated late write is still new, b is not
+    late = entry("late", T0 - timedelta(1))
+    assert checkpoint.unhandled([late, page[1]], by_cursor=True) == [late]
+    # an id twice in one page counts once
+    assert [e.id for e in checkpoint.unhandled([page[2], page[2]], by_cursor=True)] == ["c"]
+
+
+def test_a_new_checkpoint_takes_every_entry() -> None:
+    page = [entry("a", T0), entry("b", T0 - timedelta(1))]
+    assert EventLogCheckpoint().unhandled(page, by_cursor=False) == page
 
 
 def test_checkpoint_accumulates_ids_at_one_timestamp_and_never_moves_back() -> None:
@@ -105,12 +120,12 @@ def test_export_repair_cuts_uncommitted_lines_and_refuses_foreign_files(tmp_path
     export.commit(checkpoint)
     sizes: dict[str, int] = {}
     lines: dict[str, int] = {}
-    written = export.append(sizes, lines, [entry("a", T0), entry("b", T0 + timedelta(1))])
+    written = export.append(sizes, lines, [logged("a", T0), logged("b", T0 + timedelta(1))])
     committed = ExportCheckpoint(log=checkpoint.log, files=sizes, lines=lines)
     export.sync_and_commit(written, committed)
     # a crashed slice: lines written, checkpoint not replaced
     export.append(
-        dict(sizes), dict(lines), [entry("c", T0 + timedelta(1)), entry("d", T0 + timedelta(2))]
+        dict(sizes), dict(lines), [logged("c", T0 + timedelta(1)), logged("d", T0 + timedelta(2))]
     )
     removed = export.repair(export.load() or committed)
     assert set(removed) == {"event-log-2025-03-02.jsonl", "event-log-2025-03-03.jsonl"}
@@ -123,3 +138,24 @@ def test_export_repair_cuts_uncommitted_lines_and_refuses_foreign_files(tmp_path
     (other / "event-log-2025-01-01.jsonl").write_text("{}\n")
     with pytest.raises(InputError, match="output_dir"):
         DayFileExport(other).load()
+
+
+def test_export_line_is_the_entry_as_sent_in_its_utc_day(tmp_path: Path) -> None:
+    sent = (
+        '{"id":"late","date":"2025-03-01T23:30:00.000-02:00","actor":{"id":"u1","type":"USER"},'
+        '"action":"VENDOR_DISCOVERED","ip":"10.0.0.1","note":"caf\u00e9 \\"q\\"","targets":[]}'
+    )
+    entry = LoggedEvent.model_validate_json(sent)
+    written = DayFileExport(tmp_path).append({}, {}, [entry])
+    assert written == {"event-log-2025-03-02.jsonl"}  # 01:30 UTC the next day
+    line = (tmp_path / "event-log-2025-03-02.jsonl").read_text(encoding="utf-8")
+    assert line.endswith("\n") and json.loads(line) == json.loads(sent)
+    assert list(json.loads(line)) == list(json.loads(sent))  # every field, in the sent order
+    assert '"date":"2025-03-01T23:30:00.000-02:00"' in line  # the time as written
+
+
+@pytest.mark.parametrize("body", ['{"date":"2025-03-01T00:00:00Z"}', '{"id":"x","date":"soon"}'])
+def test_logged_event_still_requires_an_id_and_a_date(body: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        LoggedEvent.model_validate_json(body)
+    assert caught.value.errors()[0]["loc"][0] in ("id", "date")
