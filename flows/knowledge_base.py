@@ -11,8 +11,7 @@ Runbook the flow follows:
    so an automation can tell its owner.
 4. Publish a markdown summary and two tables (by owner; most urgent items).
 
-Memory stays flat: one slice of pages (``SLICE_PAGES``) plus bounded counters, however large the
-knowledge base.
+Memory stays flat: one page plus bounded counters, however large the knowledge base.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from prefect import flow, get_run_logger
-from prefect.events import Event
 from pydantic import BaseModel, Field
 
 from compliance_api.client import ComplianceClient
@@ -31,20 +29,20 @@ from read_reports.filters import (
     ListFilters,
     parse_timestamp,
 )
-from read_reports.freshness import FreshnessRules, FreshnessTally, Reason, as_item
+from read_reports.freshness import FreshnessRules, FreshnessTally, Reason
 from read_reports.tables import markdown_table, publish_markdown, publish_table, shown_note
 from runtime.connection import compliance_client
 from runtime.events import EventSink
 from runtime.form import AtLeastOne, Maybe, NonNegative, PageSize, title
 from runtime.task_inputs import unwalked
 from tasks.events import send_events
-from tasks.knowledge_base import read_answers, read_resources
+from tasks.knowledge_base import scan_answers, scan_resources
 
 Source = Literal["resources", "answer_library"]
 SOURCES: tuple[Source, ...] = ("resources", "answer_library")
 Sources = Annotated[list[Source], Field(min_length=1)]
-#: pages per task run: the run's steps in the UI, and the items held at once (5,000 at 100)
-SLICE_PAGES = 50
+#: pages per task run: the run's steps in the UI (one per 20,000 items at the default size)
+SLICE_PAGES = 200
 #: the values of ``KnowledgeBaseResourceType`` (a test keeps them equal)
 ResourceType = Literal["FILE", "URL"]
 
@@ -108,28 +106,35 @@ async def scan_source(
     """Stream one list through the tally; returns (pages read, events sent)."""
     pages = sent = 0
     cursor: str | None = None
+    notify = sink is not None
     while True:
         if source == "resources":
-            read = await read_resources(
-                client, params.resource_filter, params.page_size, cursor, SLICE_PAGES
+            scanned = await scan_resources(
+                client,
+                params.resource_filter,
+                params.page_size,
+                cursor,
+                SLICE_PAGES,
+                unwalked(tally),
+                notify,
             )
         else:
-            read = await read_answers(
-                client, params.answer_filter, params.page_size, cursor, SLICE_PAGES
+            scanned = await scan_answers(
+                client,
+                params.answer_filter,
+                params.page_size,
+                cursor,
+                SLICE_PAGES,
+                unwalked(tally),
+                notify,
             )
-        pages += read.pages
-        events: list[Event] = []
-        for record in read.items:
-            item = as_item(record)
-            reasons = tally.add(item)
-            if sink is None:
-                continue
-            for reason in (Reason.EXPIRING_SOON, Reason.EXPIRED):
-                if reason in reasons:
-                    events.append(kb_item_event(item, reason, params.rules))
-        if events and sink is not None:
+        pages += scanned.pages
+        if scanned.to_notify and sink is not None:
+            events = [
+                kb_item_event(item, reason, params.rules) for item, reason in scanned.to_notify
+            ]
             sent += await send_events(sink, unwalked(events))
-        cursor = read.cursor
+        cursor = scanned.cursor
         if cursor is None:
             return pages, sent
 

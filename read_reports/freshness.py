@@ -43,7 +43,7 @@ class Reason(StrEnum):
     NOT_VERIFIED = "not verified"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Owner:
     id: str | None
     type: str | None
@@ -54,9 +54,10 @@ class Owner:
         return self.id or UNASSIGNED
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class KbItem:
-    """The fields freshness needs, the same for both lists."""
+    """The fields freshness needs, the same for both lists (one built per record scanned: a
+    slotted dataclass costs a third of a frozen one)."""
 
     kind: ItemKind
     id: str

@@ -1,7 +1,9 @@
-"""Knowledge-base reads: a slice of pages of resources or of the answer library per task run.
+"""Knowledge-base scans: a slice of pages of resources or of the answer library per task run,
+each page added to the report's tally as it arrives.
 
 A page is one API call the client retries on its own (the one retry layer); a task run per page
 cost more than the call (docs/performance.md), so the UI shows one step per slice of pages.
+Only one page of records is held at a time: the tally keeps counts, not items.
 """
 
 from __future__ import annotations
@@ -18,62 +20,75 @@ from compliance_api.models import (
     KnowledgeBaseResourceSummary,
     Page,
 )
+from read_reports.freshness import FreshnessTally, KbItem, Reason, as_item
 from runtime.retries import API_CALL
+
+#: the findings an event tells an owner about
+NOTIFIED = (Reason.EXPIRING_SOON, Reason.EXPIRED)
 
 
 @dataclass
-class PagesRead:
-    """The items of a slice of pages, and where the next slice starts (None: the end)."""
+class SliceScanned:
+    """A slice of pages tallied: where the next slice starts (None: the end), and the items
+    whose owners an event should tell (only when asked for)."""
 
-    items: list[KnowledgeBaseResourceSummary | AnswerLibraryEntrySummary] = field(
-        default_factory=list
-    )
     pages: int = 0
     cursor: str | None = None
+    to_notify: list[tuple[KbItem, Reason]] = field(default_factory=list)
 
 
-async def _read(
+async def _scan(
     client: ComplianceClient,
     filters: KnowledgeBaseFilter | AnswerLibraryFilter,
     page_size: int,
     cursor: str | None,
     pages: int,
-) -> PagesRead:
-    read = PagesRead()
-    while read.pages < pages:
+    tally: FreshnessTally,
+    notify: bool,
+) -> SliceScanned:
+    scanned = SliceScanned()
+    while scanned.pages < pages:
         page: Page[KnowledgeBaseResourceSummary] | Page[AnswerLibraryEntrySummary]
         if isinstance(filters, KnowledgeBaseFilter):
             page = await client.list_knowledge_base_summaries_page(filters, page_size, cursor)
         else:
             page = await client.list_answer_library_summaries_page(filters, page_size, cursor)
-        read.items.extend(page.data)
-        read.pages += 1
+        for record in page.data:
+            item = as_item(record)
+            reasons = tally.add(item)
+            if notify and reasons:
+                scanned.to_notify += [(item, reason) for reason in NOTIFIED if reason in reasons]
+        scanned.pages += 1
         cursor = page.page_info.end_cursor
         if not page.page_info.has_next_page or not cursor:
-            return read
-    read.cursor = cursor
-    return read
+            return scanned
+    scanned.cursor = cursor
+    return scanned
 
 
-@task(name="Read knowledge-base resources", **API_CALL)
-async def read_resources(
+@task(name="Scan knowledge-base resources", **API_CALL)
+async def scan_resources(
     client: ComplianceClient,
     filters: KnowledgeBaseFilter,
     page_size: int,
     cursor: str | None,
     pages: int,
-) -> PagesRead:
-    """Up to ``pages`` pages of resources from ``cursor``."""
-    return await _read(client, filters, page_size, cursor, pages)
+    tally: FreshnessTally,
+    notify: bool,
+) -> SliceScanned:
+    """Up to ``pages`` pages of resources from ``cursor``, added to ``tally``."""
+    return await _scan(client, filters, page_size, cursor, pages, tally, notify)
 
 
-@task(name="Read the answer library", **API_CALL)
-async def read_answers(
+@task(name="Scan the answer library", **API_CALL)
+async def scan_answers(
     client: ComplianceClient,
     filters: AnswerLibraryFilter,
     page_size: int,
     cursor: str | None,
     pages: int,
-) -> PagesRead:
-    """Up to ``pages`` pages of answer-library entries from ``cursor``."""
-    return await _read(client, filters, page_size, cursor, pages)
+    tally: FreshnessTally,
+    notify: bool,
+) -> SliceScanned:
+    """Up to ``pages`` pages of answer-library entries from ``cursor``, added to ``tally``."""
+    return await _scan(client, filters, page_size, cursor, pages, tally, notify)
