@@ -20,10 +20,10 @@ from prefect.client.schemas.objects import State
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InputError
 from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateStatus
+from runtime import collector
 from runtime.form import Maybe, title
 from runtime.task_inputs import unwalked
 from tasks.groups import PersonAnswer, add_people_to_group
-from write_engine import collector
 from write_engine.inputs import (
     Identifier,
     ItemInput,

@@ -31,6 +31,7 @@ from audit_log.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
 from compliance_api.errors import InputError
 from read_reports.filters import parse_timestamp
 from read_reports.tables import markdown_table, publish_markdown
+from runtime import collector
 from runtime.connection import compliance_client
 from runtime.form import AtLeastOne, Maybe, NonBlank, PageSize, Seconds, title
 from runtime.locks import LockTimeoutError
@@ -95,7 +96,10 @@ async def export_event_log(
     logger = get_run_logger()
     try:
         async with exclusive_run(lock_name, lock_wait_seconds):
-            with FileLock(str(directory / LOCK_FILE), timeout=lock_wait_seconds):
+            with (
+                FileLock(str(directory / LOCK_FILE), timeout=lock_wait_seconds),
+                collector.frozen_for_long_read(),
+            ):
                 result = await _export(DayFileExport(directory), first_start, page_size, max_pages)
     except (LockTimeoutError, Timeout) as exc:
         reason = f"another export held the lock for more than {lock_wait_seconds:g}s ({exc})"

@@ -31,6 +31,7 @@ from read_reports.filters import (
 )
 from read_reports.freshness import FreshnessRules, FreshnessTally, Reason
 from read_reports.tables import markdown_table, publish_markdown, publish_table, shown_note
+from runtime import collector
 from runtime.connection import compliance_client
 from runtime.events import EventSink
 from runtime.form import AtLeastOne, Maybe, NonNegative, PageSize, title
@@ -255,13 +256,14 @@ async def knowledge_base_freshness(
     logger = get_run_logger()
     tally = FreshnessTally(params.rules, params.top_n)
     pages = sent = 0
-    async with compliance_client() as client, EventSink() as sink:
-        for source in params.sources:
-            read, emitted = await scan_source(
-                client, source, params, tally, sink if emit_events else None
-            )
-            pages += read
-            sent += emitted
+    with collector.frozen_for_long_read():
+        async with compliance_client() as client, EventSink() as sink:
+            for source in params.sources:
+                read, emitted = await scan_source(
+                    client, source, params, tally, sink if emit_events else None
+                )
+                pages += read
+                sent += emitted
     await publish_freshness_report(params, tally)
     logger.info(
         "Scanned %s: %s expired, %s expiring soon, %s not verified; %s events sent",

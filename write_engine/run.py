@@ -34,9 +34,9 @@ from compliance_api.errors import (
     ServerError,
     TransportError,
 )
+from runtime import collector
 from runtime.connection import compliance_client
 from tasks.token import get_shared_access_token
-from write_engine import collector
 from write_engine.inputs import UNUSABLE_ID, ItemInput, ItemT, ParsedItems
 from write_engine.outcomes import AnyResult, ItemResult, ItemsFailed, Outcome, RunSummary
 from write_engine.reporting import (

@@ -37,7 +37,7 @@ async def test_chunks_run_with_the_bulk_collector_settings_and_restore_them(
     import gc
 
     from flows.add_people_to_groups import GroupMembership
-    from write_engine.collector import BULK_RUN_THRESHOLD
+    from runtime.collector import BULK_RUN_THRESHOLD
 
     before = gc.get_threshold()
     seen: list[int] = []

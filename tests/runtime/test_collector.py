@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from write_engine import collector
+from runtime import collector
 
 
 @pytest.fixture(autouse=True)
@@ -65,3 +65,29 @@ def test_reading_pauses_the_collector_and_then_leaves_it_as_it_was(enabled_befor
     with collector.paused():
         assert not gc.isenabled()
     assert gc.isenabled() is enabled_before
+
+
+def test_a_long_read_freezes_but_keeps_the_usual_collection_pace() -> None:
+    gc.set_threshold(700, 10, 10)
+    alive_before = [{"module": "prefect"}]
+    with collector.frozen_for_long_read():
+        assert gc.get_threshold() == (700, 10, 10)  # a page at a time: memory stays flat
+        assert id(alive_before) not in {id(obj) for obj in gc.get_objects()}
+        cycle: list[object] = []
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1  # what the read makes is still collected
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_read_and_a_write_overlapping_each_keep_their_settings() -> None:
+    gc.set_threshold(700, 10, 10)
+    read, write = collector.frozen_for_long_read(), collector.tuned_for_bulk_run()
+    read.__enter__()
+    write.__enter__()
+    assert gc.get_threshold()[0] == collector.BULK_RUN_THRESHOLD
+    write.__exit__(None, None, None)
+    assert gc.get_threshold() == (700, 10, 10)  # the write's threshold leaves with it
+    assert gc.get_freeze_count() > 0  # the read still holds the freeze
+    read.__exit__(None, None, None)
+    assert gc.get_freeze_count() == 0
