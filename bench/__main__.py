@@ -74,10 +74,17 @@ def _module(name: str, args: list[str], timeout: float) -> dict[str, Any]:
         "command": f"python -m bench.{name} {' '.join(args)}".strip(),
         "returncode": done.returncode,
         "rows": _json_lines(done.stdout),
-        "stdout": done.stdout[-6000:],
+        "stdout": _tail_lines(done.stdout, 6000),
         "stderr": done.stderr[-3000:] if done.returncode else "",
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
+
+
+def _tail_lines(text: str, limit: int) -> str:
+    """The last ``limit`` characters of ``text``, from the start of a line."""
+    if len(text) <= limit:
+        return text
+    return text[-limit:].split("\n", 1)[-1]
 
 
 #: the marginal ratio is a difference of medians of wall times that vary by +-0.5 s from run to

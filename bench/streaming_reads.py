@@ -2,6 +2,7 @@
 httpx loop.
 
     uv run --no-sync python -m bench.streaming_reads [--small 20 --large 200 --huge 2000]
+        [--repeats 3]
 
 Starts two sandboxes (``--scale 20``: 10,000 audit entries and 10,000 knowledge-base items;
 ``--scale 200``: 100,000 of each) and a Prefect test server, then measures each case in a fresh
@@ -11,11 +12,13 @@ child process, so one case's memory high-water mark cannot hide another's:
 * ``freshness``: the knowledge-base freshness flow over resources and answers (events off);
 * ``httpx``: a plain httpx loop reading the same pages and keeping nothing.
 
-Reported per case: items, seconds, API calls (from the sandbox's stats) and the growth of peak
-RSS over the child's RSS just before the run (imports and a warm-up run already paid). Flat
+Reported per case: items, seconds (the median of ``--repeats`` runs, each flow run right after
+its baseline, with the range: this machine's run-to-run noise is tens of percent), API calls
+(from the sandbox's stats) and the largest growth of peak RSS over the child's RSS just before
+the run (imports and a warm-up run already paid). Flat
 memory means the 100,000-item growth is about the 10,000-item growth. With ``--huge`` the export
 and its baseline also run over 1,000,000 entries (a sandbox of about 4 GB), for the targets of
-linear time and flat memory at that size (``HUGE_TARGETS``).
+linear time and flat memory at that size (one run each).
 """
 
 from __future__ import annotations
@@ -188,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--huge", type=int, default=0, help="sandbox scale of the export's huge case (0: none)"
     )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="runs of each small and large case (huge: one)"
+    )
     args = parser.parse_args(argv)
 
     from cryptography.fernet import Fernet
@@ -216,31 +222,51 @@ def main(argv: list[str] | None = None) -> None:
                 )
 
         asyncio.run(limit())
-        for scale, cases in ((args.small, CASES), (args.large, CASES), (args.huge, HUGE_CASES)):
+        sizes = ((args.small, CASES, args.repeats), (args.large, CASES, args.repeats))
+        for scale, cases, repeats in (*sizes, (args.huge, HUGE_CASES, 1)):
             if not scale:
                 continue
             with sandbox_process(scale=scale) as sandbox:  # one at a time: the huge one is big
-                for case in cases:
-                    row = _measure(case, sandbox.url, scale * 500, env)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
-    _print_table(rows)
+                runs: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
+                for _ in range(repeats):  # each flow right after its baseline: same conditions
+                    for case in cases:
+                        row = _measure(case, sandbox.url, scale * 500, env)
+                        runs[case].append(row)
+                        print(json.dumps(row), flush=True)
+                rows += [_median_run(case_runs) for case_runs in runs.values()]
+    _print_table(rows, args.repeats)
 
 
-def _print_table(rows: list[dict[str, Any]]) -> None:
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case's runs as one row: the median time with the range, and the largest memory
+    growth (the conservative one)."""
+    times = sorted(run["seconds"] for run in runs)
+    return {
+        **runs[0],
+        "seconds": times[len(times) // 2],
+        "range": (times[0], times[-1]),
+        "runs": len(runs),
+        "rss_growth_mb": max(run["rss_growth_mb"] for run in runs),
+    }
+
+
+def _print_table(rows: list[dict[str, Any]], repeats: int) -> None:
     by = {(row["case"], row["size"]): row for row in rows}
     sizes = sorted({row["size"] for row in rows})
     print()
-    print("| case | items | seconds | API calls | peak RSS growth (MB) |")
-    print("|---|---|---|---|---|")
+    print(f"Seconds: the median of {repeats} runs (one at 1,000,000), with the range.")
+    print()
+    print("| case | items | seconds | range | API calls | peak RSS growth (MB) |")
+    print("|---|---|---|---|---|---|")
     for case in CASES:
         for size in sizes:
             row = by.get((case, size))
             if row is None:
                 continue
+            low, high = row["range"]
             print(
-                f"| {case} | {row['items']:,} | {row['seconds']:.1f} | {row['api_calls']:,} "
-                f"| {row['rss_growth_mb']:.1f} |"
+                f"| {case} | {row['items']:,} | {row['seconds']:.2f} | {low:.2f}–{high:.2f} "
+                f"| {row['api_calls']:,} | {row['rss_growth_mb']:.1f} |"
             )
     print()
     small, large = sizes[0], sizes[1]
