@@ -6,13 +6,16 @@ with the checkpoint's cursor (``pageCursor`` starts after the marked entry), rep
 ``startDate`` = the last handled entry's date; entries at or before the checkpoint are then
 dropped by date and by the ids remembered at that timestamp, with a warning in the log.
 
-Only one page is in memory at a time, however long the log. A page is a plain call, not a task
-run of its own: the client retries it (the one retry layer), and the callers group pages into
-the steps the UI shows (docs/performance.md).
+At most two pages are in memory, however long the log: the one the caller handles and the next,
+whose request is sent as soon as this page's cursor is known (``compliance_api/prefetch.py``), so
+the service works while the caller does. A page is a plain call, not a task run of its own: the
+client retries it (the one retry layer), and the callers group pages into the steps the UI shows
+(docs/performance.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ from audit_log.checkpoints import EventLogCheckpoint
 from compliance_api.client import ComplianceClient
 from compliance_api.errors import InvalidRequestError
 from compliance_api.models import EventLogEntry, LoggedEvent, Page
+from compliance_api.prefetch import started
 
 E = TypeVar("E", EventLogEntry, LoggedEvent)
 #: a client method reading one page: (start_date, page_cursor, page_size) -> the page
@@ -107,22 +111,31 @@ async def _new_pages(
     fetch: Fetch[E], checkpoint: EventLogCheckpoint, page_size: int, max_pages: int | None
 ) -> AsyncIterator[LogPage[E]]:
     pages = 0
-    while max_pages is None or pages < max_pages:
-        fetched = await read_page(fetch, checkpoint, page_size)
-        entries = fetched.page.data
-        if not entries:
-            return
-        fresh = checkpoint.unhandled(entries, by_cursor=fetched.by_cursor)
-        checkpoint = checkpoint.after_page(
-            entries, fetched.page.page_info.end_cursor, len(fresh)
-        ).model_copy(update={"cursor_start_date": fetched.query_start})
-        pages += 1
-        yield LogPage(
-            new_entries=fresh,
-            checkpoint=checkpoint,
-            fetched=len(entries),
-            skipped=len(entries) - len(fresh),
-            has_next_page=fetched.page.page_info.has_next_page,
-        )
-        if not fetched.page.page_info.has_next_page:
-            return
+    pending: asyncio.Task[FetchedPage[E]] | None = await started(
+        read_page(fetch, checkpoint, page_size)
+    )
+    try:
+        while pending is not None:
+            fetched = await pending
+            pending = None
+            entries = fetched.page.data
+            if not entries:
+                return
+            fresh = checkpoint.unhandled(entries, by_cursor=fetched.by_cursor)
+            checkpoint = checkpoint.after_page(
+                entries, fetched.page.page_info.end_cursor, len(fresh)
+            ).model_copy(update={"cursor_start_date": fetched.query_start})
+            pages += 1
+            if fetched.page.page_info.has_next_page and (max_pages is None or pages < max_pages):
+                # the service works on the next page while the caller handles this one
+                pending = await started(read_page(fetch, checkpoint, page_size))
+            yield LogPage(
+                new_entries=fresh,
+                checkpoint=checkpoint,
+                fetched=len(entries),
+                skipped=len(entries) - len(fresh),
+                has_next_page=fetched.page.page_info.has_next_page,
+            )
+    finally:
+        if pending is not None:
+            pending.cancel()

@@ -63,6 +63,7 @@ from compliance_api.models import (
     coerce_request,
     iso_timestamp,
 )
+from compliance_api.prefetch import sent_hook
 from compliance_api.retry import RetryMode, RetryNotice, RetryPolicy, retrying
 from compliance_api.settings import Settings
 
@@ -547,6 +548,7 @@ class ComplianceClient:
                 params=tuple(params) if params else None,
                 content=content,
                 headers=_headers(token, content is not None),
+                extensions=sent_hook(),
             )
         except httpx.TransportError as exc:
             failure = error_from_transport(exc, operation)
