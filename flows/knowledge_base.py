@@ -107,28 +107,21 @@ async def scan_source(
     """Stream one list through the tally; returns (pages read, events sent)."""
     pages = sent = 0
     cursor: str | None = None
-    notify = sink is not None
+    scan, filters = (
+        (scan_resources, params.resource_filter)
+        if source == "resources"
+        else (scan_answers, params.answer_filter)
+    )
     while True:
-        if source == "resources":
-            scanned = await scan_resources(
-                client,
-                params.resource_filter,
-                params.page_size,
-                cursor,
-                SLICE_PAGES,
-                unwalked(tally),
-                notify,
-            )
-        else:
-            scanned = await scan_answers(
-                client,
-                params.answer_filter,
-                params.page_size,
-                cursor,
-                SLICE_PAGES,
-                unwalked(tally),
-                notify,
-            )
+        scanned = await scan(
+            client,
+            filters,
+            params.page_size,
+            cursor,
+            SLICE_PAGES,
+            unwalked(tally),
+            sink is not None,
+        )
         pages += scanned.pages
         if scanned.to_notify and sink is not None:
             events = [

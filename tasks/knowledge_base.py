@@ -37,7 +37,8 @@ class SliceScanned:
     to_notify: list[tuple[KbItem, Reason]] = field(default_factory=list)
 
 
-async def _scan(
+@task(**API_CALL)
+async def scan_pages(
     client: ComplianceClient,
     filters: KnowledgeBaseFilter | AnswerLibraryFilter,
     page_size: int,
@@ -46,6 +47,8 @@ async def _scan(
     tally: FreshnessTally,
     notify: bool,
 ) -> SliceScanned:
+    """Up to ``pages`` pages from ``cursor`` of the list ``filters`` belongs to, each added to
+    ``tally`` as it arrives."""
     scanned = SliceScanned()
     while scanned.pages < pages:
         page: Page[KnowledgeBaseResourceSummary] | Page[AnswerLibraryEntrySummary]
@@ -66,29 +69,6 @@ async def _scan(
     return scanned
 
 
-@task(name="Scan knowledge-base resources", **API_CALL)
-async def scan_resources(
-    client: ComplianceClient,
-    filters: KnowledgeBaseFilter,
-    page_size: int,
-    cursor: str | None,
-    pages: int,
-    tally: FreshnessTally,
-    notify: bool,
-) -> SliceScanned:
-    """Up to ``pages`` pages of resources from ``cursor``, added to ``tally``."""
-    return await _scan(client, filters, page_size, cursor, pages, tally, notify)
-
-
-@task(name="Scan the answer library", **API_CALL)
-async def scan_answers(
-    client: ComplianceClient,
-    filters: AnswerLibraryFilter,
-    page_size: int,
-    cursor: str | None,
-    pages: int,
-    tally: FreshnessTally,
-    notify: bool,
-) -> SliceScanned:
-    """Up to ``pages`` pages of answer-library entries from ``cursor``, added to ``tally``."""
-    return await _scan(client, filters, page_size, cursor, pages, tally, notify)
+#: the step each list shows in the UI
+scan_resources = scan_pages.with_options(name="Scan knowledge-base resources")
+scan_answers = scan_pages.with_options(name="Scan the answer library")
