@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 #: container allocations between two collections of the youngest generation during a bulk run
 #: (Python's default is 700; see docs/performance.md for how it was chosen)
@@ -51,29 +51,20 @@ def paused() -> Iterator[None]:
             gc.enable()
 
 
-@contextmanager
-def tuned_for_bulk_run() -> Iterator[None]:
+def tuned_for_bulk_run() -> AbstractContextManager[None]:
     """Freeze what is alive now (the validated input, Prefect's modules) out of the collector's
     scans, and collect the youngest generation every :data:`BULK_RUN_THRESHOLD` allocations."""
-    _enter(tune=True)
-    try:
-        yield
-    finally:
-        _leave(tune=True)
+    return _held(tune=True)
+
+
+def frozen_for_long_read() -> AbstractContextManager[None]:
+    """Freeze what is alive now out of the collector's scans, and nothing else: a read keeps a
+    page or two alive at a time, so collecting them at the usual pace keeps memory flat."""
+    return _held(tune=False)
 
 
 @contextmanager
-def frozen_for_long_read() -> Iterator[None]:
-    """Freeze what is alive now out of the collector's scans, and nothing else: a read keeps
-    one page alive at a time, so collecting it at the usual pace keeps memory flat."""
-    _enter(tune=False)
-    try:
-        yield
-    finally:
-        _leave(tune=False)
-
-
-def _enter(*, tune: bool) -> None:
+def _held(*, tune: bool) -> Iterator[None]:
     global _runs, _tuned, _saved_threshold
     with _lock:
         gc.freeze()
@@ -83,16 +74,15 @@ def _enter(*, tune: bool) -> None:
                 _saved_threshold = gc.get_threshold()
                 gc.set_threshold(BULK_RUN_THRESHOLD, *_saved_threshold[1:])
             _tuned += 1
-
-
-def _leave(*, tune: bool) -> None:
-    global _runs, _tuned, _saved_threshold
-    with _lock:
-        if tune:
-            _tuned -= 1
-            if _tuned == 0 and _saved_threshold is not None:
-                gc.set_threshold(*_saved_threshold)
-                _saved_threshold = None
-        _runs -= 1
-        if _runs == 0:
-            gc.unfreeze()
+    try:
+        yield
+    finally:
+        with _lock:
+            if tune:
+                _tuned -= 1
+                if _tuned == 0 and _saved_threshold is not None:
+                    gc.set_threshold(*_saved_threshold)
+                    _saved_threshold = None
+            _runs -= 1
+            if _runs == 0:
+                gc.unfreeze()
