@@ -765,8 +765,8 @@ class EventLogEntry(APIModel):
     """One audit event: who did what to which targets, when."""
 
     id: str
-    date: datetime
     actor: Actor
+    date: datetime
     action: str
     targets: list[EventTarget] = Field(default_factory=list)
 
