@@ -129,9 +129,11 @@ def bench_burst(quick: bool, repeats: int | None, profile: bool) -> dict[str, An
 
 
 def bench_streaming_reads(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
-    args = ["--small", "2", "--large", "20"]
+    args = ["--small", "2", "--large", "20", "--repeats", "1"]
     if not quick:
         args = ["--small", "20", "--large", "200", "--huge", "2000"]
+        if repeats:
+            args += ["--repeats", str(repeats)]
     return _module("streaming_reads", args, timeout=1800)
 
 

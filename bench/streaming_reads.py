@@ -2,7 +2,7 @@
 httpx loop.
 
     uv run --no-sync python -m bench.streaming_reads [--small 20 --large 200 --huge 2000]
-        [--repeats 3]
+        [--repeats 5]
 
 Starts two sandboxes (``--scale 20``: 10,000 audit entries and 10,000 knowledge-base items;
 ``--scale 200``: 100,000 of each) and a Prefect test server, then measures each case in a fresh
@@ -15,10 +15,10 @@ child process, so one case's memory high-water mark cannot hide another's:
 Reported per case: items, seconds (the median of ``--repeats`` runs, each flow run right after
 its baseline, with the range: this machine's run-to-run noise is tens of percent), API calls
 (from the sandbox's stats) and the largest growth of peak RSS over the child's RSS just before
-the run (imports and a warm-up run already paid). Flat
-memory means the 100,000-item growth is about the 10,000-item growth. With ``--huge`` the export
-and its baseline also run over 1,000,000 entries (a sandbox of about 4 GB), for the targets of
-linear time and flat memory at that size (one run each).
+the run (imports and a warm-up run already paid). Flat memory means the 100,000-item growth
+is about the 10,000-item growth. With ``--huge`` the export and its baseline also run over
+1,000,000 entries (a sandbox of about 4 GB), for the targets of linear time and flat memory at
+that size (one run each).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import asyncio
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -240,11 +241,11 @@ def main(argv: list[str] | None = None) -> None:
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One case's runs as one row: the median time with the range, and the largest memory
     growth (the conservative one)."""
-    times = sorted(run["seconds"] for run in runs)
+    times = [run["seconds"] for run in runs]
     return {
         **runs[0],
-        "seconds": times[len(times) // 2],
-        "range": (times[0], times[-1]),
+        "seconds": statistics.median(times),
+        "range": (min(times), max(times)),
         "runs": len(runs),
         "rss_growth_mb": max(run["rss_growth_mb"] for run in runs),
     }
