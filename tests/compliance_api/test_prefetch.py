@@ -21,8 +21,8 @@ PAGE = json.dumps(
 
 
 class SlowServer:
-    """One HTTP answer per connection request, sent only when ``release`` is set; records when
-    each request arrived (a thread of its own, so it sees requests while the loop is busy)."""
+    """Answers each request on one connection only once ``release`` is set, and records when
+    each arrived (in a thread of its own, so it sees requests while the event loop is busy)."""
 
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))

@@ -21,6 +21,9 @@ from deployments.resources import RERUN_DELAY_VARIABLE, RERUN_MAX_ATTEMPTS_VARIA
 from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
 from sandbox.control import SandboxControl
 from tests.fixtures.stack import (
+    ADD_TO_MANAGED,
+    BRIDGE,
+    PROMOTE,
     assert_no_secret_in_prefect_database,
     assert_stop_leaves_no_process,
     eventually,
@@ -34,9 +37,6 @@ from tests.fixtures.stack import (
 
 pytestmark = pytest.mark.timeout(480)
 
-ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
-BRIDGE = "bridge-event-log/every-3-minutes"
-PROMOTE = "promote-discovered-vendors/on-discovery"
 ROUTE = "route-questionnaires/on-ready-for-review"
 RERUN = "rerun-failed-items/on-failed-items"
 PROMOTE_AUTOMATION = "promote-vendors-when-discovered"

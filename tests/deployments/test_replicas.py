@@ -27,6 +27,9 @@ from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
 from sandbox.control import SandboxControl
 from tests.fixtures.chaos import start_child
 from tests.fixtures.stack import (
+    ADD_TO_MANAGED,
+    BRIDGE,
+    PROMOTE,
     assert_no_secret_in_prefect_database,
     eventually,
     final,
@@ -38,9 +41,6 @@ from tests.fixtures.stack import (
 
 pytestmark = pytest.mark.timeout(900)
 
-BRIDGE = "bridge-event-log/every-3-minutes"
-PROMOTE = "promote-discovered-vendors/on-discovery"
-ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 BURST = 400
 #: slow enough that the restart surely falls inside the promotion run
 PROMOTION_LATENCY_MS = 200

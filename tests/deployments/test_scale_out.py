@@ -37,6 +37,9 @@ from runtime.locks import LEASE_SECONDS, LockTimeoutError, hold_lock
 from sandbox.control import SandboxControl
 from tests.fixtures.chaos import child_env, kill_hard, start_child
 from tests.fixtures.stack import (
+    ADD_TO_MANAGED,
+    BRIDGE,
+    PROMOTE,
     assert_no_secret_in_prefect_database,
     deployment_id,
     eventually,
@@ -50,11 +53,8 @@ from tests.fixtures.stack import (
 
 pytestmark = pytest.mark.timeout(600)
 
-BRIDGE = "bridge-event-log/every-3-minutes"
-PROMOTE = "promote-discovered-vendors/on-discovery"
 RECOVER = "recover-crashed-run/on-crash"
 BURST = 40
-ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 #: every promotion call takes this long, so the killed worker's runs are caught mid-run
 PROMOTION_LATENCY_MS = 1500
 WORKERS = 3
