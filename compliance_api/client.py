@@ -115,9 +115,12 @@ class ComplianceClient:
         retry_policy: RetryPolicy | None = None,
         limits: httpx.Limits = DEFAULT_LIMITS,
         on_retry: Callable[[RetryNotice], None] | None = None,
+        write_guard: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._base_url = base_url.rstrip("/")
         self._tokens = token_provider
+        #: awaited before every write is sent, retries included; what it raises stops the write
+        self._write_guard = write_guard
         self._policy = retry_policy or RetryPolicy.from_max_retries(max_retries)
         self._on_retry = on_retry
         self._http = httpx.AsyncClient(
@@ -539,6 +542,8 @@ class ComplianceClient:
         content: bytes | None,
         token: AccessToken,
     ) -> httpx.Response:
+        if method != "GET" and self._write_guard is not None:
+            await self._write_guard()
         self.stats.requests += 1
         failure: TransportError
         try:

@@ -14,6 +14,7 @@ discoveries becomes one run, and a discovery no event woke it for is found on th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Annotated, Any
 
 from prefect import flow
@@ -26,6 +27,7 @@ from compliance_api.client import ComplianceClient
 from compliance_api.errors import ConflictError
 from compliance_api.models import Vendor
 from runtime.form import Maybe, title
+from tasks.event_logs import logged_targets
 from tasks.vendors import promote_discovered_vendor
 from write_engine.inputs import (
     Identifier,
@@ -45,6 +47,9 @@ NEWLY_DISCOVERED = AuditLogSource(
     target_type="DiscoveredVendor",
     checkpoint_variable=PROMOTE_CHECKPOINT_VARIABLE,
 )
+
+#: the audit entry of a vendor newly added to the managed vendors (its target: the discovered one)
+ADDED_TO_MANAGED = "VENDOR_ADDED_TO_MANAGED"
 
 
 class DiscoveredVendorInput(ItemInput):
@@ -126,6 +131,20 @@ class VendorPromotion(WriteJob[DiscoveredVendorInput]):
                 details=promoted.model_dump(),
             )
         ]
+
+    async def applied_by_lost_attempt(
+        self,
+        client: ComplianceClient,
+        units: Sequence[Sequence[DiscoveredVendorInput]],
+        since: datetime,
+    ) -> set[int]:
+        """The service logs each vendor it newly adds to the managed ones."""
+        managed = await logged_targets(client, ADDED_TO_MANAGED, "DiscoveredVendor", since)
+        return {
+            position
+            for position, unit in enumerate(units)
+            if all(item.discovered_vendor_id in managed for item in unit)
+        }
 
     def summarize(self, summary: RunSummary, results: Sequence[ItemResult]) -> RunSummary:
         vendors = [ManagedVendor(**r.details) for r in results if r.details]

@@ -16,6 +16,9 @@ Settings come from ``runtime.credentials.load_run_settings()``: the credentials 
 ``COMPLIANCE_CREDENTIALS_BLOCK`` names (read once per process) over the environment, or the
 environment alone.
 
+Every write the client sends, retries included, first passes ``runtime.attempts.guard_write``:
+a process whose flow run was started again elsewhere stops writing.
+
 The client's own retries are the only retries of a call inside a flow run (``runtime/retries.py``
 says why); each one is logged on the run that makes the call.
 """
@@ -37,6 +40,7 @@ from compliance_api.tokens.factory import local_limiter, local_lock, local_store
 from compliance_api.tokens.limiter import RateLimiter
 from compliance_api.tokens.lock import TokenLock
 from compliance_api.tokens.store import TokenStore
+from runtime.attempts import guard_write
 from runtime.credentials import forget_credentials, load_run_settings, run_settings
 from runtime.retries import log_client_retry
 from runtime.settings import runtime_settings
@@ -118,6 +122,6 @@ async def compliance_client(settings: Settings | None = None) -> AsyncIterator[C
     settings = settings or await load_run_settings()
     on_retry = log_client_retry(settings.max_retries + 1)
     async with ComplianceClient.from_settings(
-        settings, shared_broker(settings), on_retry=on_retry
+        settings, shared_broker(settings), on_retry=on_retry, write_guard=guard_write
     ) as client:
         yield client

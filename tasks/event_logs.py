@@ -1,5 +1,5 @@
-"""Audit-log tasks: load and save the bridge's checkpoint, export a slice of pages: each a step
-the UI shows.
+"""Audit-log tasks: load and save the bridge's checkpoint, export a slice of pages, find what a
+lost attempt of a write run applied: each a step the UI shows.
 
 How the pages are read and deduplicated lives in ``audit_log/reading.py``.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import datetime
 
 from prefect import task
 from prefect.cache_policies import NONE
@@ -21,9 +22,10 @@ from runtime.retries import API_CALL
 
 @task(name="Save the audit-log checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
 async def save_log_checkpoint(
-    store: VariableCheckpointStore, checkpoint: EventLogCheckpoint
-) -> None:
-    await store.save(checkpoint)
+    store: VariableCheckpointStore, checkpoint: EventLogCheckpoint, forward_only: bool = True
+) -> bool:
+    """False (and nothing written) if the stored checkpoint got further than this one."""
+    return await store.save(checkpoint, forward_only=forward_only)
 
 
 @task(name="Load the audit-log checkpoint", cache_policy=NONE, retries=3, retry_delay_seconds=2)
@@ -77,3 +79,15 @@ async def export_pages(
         await asyncio.to_thread(export.sync_and_commit, touched, done.checkpoint)
     done.touched = frozenset(touched)
     return done
+
+
+@task(name="Look in the audit log for what a lost attempt applied", **API_CALL)
+async def logged_targets(
+    client: ComplianceClient, action: str, target_type: str, since: datetime
+) -> set[str]:
+    """The ids of ``target_type`` targets of ``action`` entries logged at or after ``since``."""
+    found: set[str] = set()
+    async for entry in client.iter_event_logs(start_date=since):
+        if entry.action == action:
+            found.update(target.id for target in entry.targets if target.type == target_type)
+    return found

@@ -7,6 +7,11 @@ Completed only when every item succeeded.
 
 Concurrency is a capacity limiter around awaited async task calls on the flow's own event
 loop, so every task shares the one pooled ``ComplianceClient`` and the one token broker.
+
+A run may be started again on another host after its process lost contact (crash recovery).
+Each attempt writes only while the run is still its own (``runtime/attempts.py``), records
+what it sends before sending it (``write_engine/send_record.py``), and starts from what earlier
+attempts recorded: nothing is sent twice, and a lost attempt reports nothing.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
+from datetime import datetime, timedelta
 from typing import Annotated, Any, ClassVar, Generic
 
 import anyio
 from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
+from prefect.exceptions import Abort
 from prefect.logging import get_run_logger
 from prefect.states import Failed
 from pydantic import Field
@@ -35,10 +42,11 @@ from compliance_api.errors import (
     TransportError,
 )
 from runtime import collector
+from runtime.attempts import Attempt, AttemptLost, abort_if_lost, claimed, fenced
 from runtime.connection import compliance_client
 from tasks.token import get_shared_access_token
 from write_engine.inputs import UNUSABLE_ID, ItemInput, ItemT, ParsedItems
-from write_engine.outcomes import AnyResult, ItemResult, ItemsFailed, Outcome, RunSummary
+from write_engine.outcomes import AnyResult, Done, ItemResult, ItemsFailed, Outcome, RunSummary
 from write_engine.reporting import (
     Progress,
     emit_failed_items_event,
@@ -46,11 +54,14 @@ from write_engine.reporting import (
     publish_results_table,
     rerun_hint,
 )
+from write_engine.send_record import SendRecord
 
 DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 32
 #: how many items a write flow sends at once (its ``concurrency`` parameter)
 Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
+#: the service's clock may be a little behind ours: look this much earlier in its audit log
+CLOCK_MARGIN = timedelta(minutes=5)
 
 
 class WriteJob(ABC, Generic[ItemT]):
@@ -88,6 +99,16 @@ class WriteJob(ABC, Generic[ItemT]):
         Items that need no follow-up may be reported as a brief :class:`Done` (cheap in bulk);
         failures are full :class:`ItemResult` rows with their rerun input.
         """
+
+    async def applied_by_lost_attempt(
+        self, client: ComplianceClient, units: Sequence[Sequence[ItemT]], since: datetime
+    ) -> set[int]:
+        """Of ``units``, sent by an earlier attempt of this run that never got the answer, the
+        positions the service shows as applied (e.g. in its audit log since ``since``).
+
+        The rest are reported for review, never sent twice. Default: none can be told.
+        """
+        return set()
 
     def summarize(self, summary: RunSummary, results: Sequence[ItemResult]) -> RunSummary:
         """A flow-specific summary (a subclass of RunSummary) if the flow has more to say.
@@ -175,7 +196,11 @@ async def run_write_job(
     logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))
 
     needs_client = bool(units) and (not dry_run or job.reads_during_validation)
-    async with compliance_client() if needs_client else nullcontext(None) as client:
+    record: SendRecord | None = None
+    async with (
+        compliance_client() if needs_client else nullcontext(None) as client,
+        fenced() as fence,
+    ):
         if client is not None:
             await obtain_token_first(logger)
             await job.validate_remotely(client, items)
@@ -186,10 +211,14 @@ async def run_write_job(
         elif units:
             assert client is not None
             with collector.tuned_for_bulk_run():
-                results = await _apply_all(job, client, units, concurrency, progress)
+                results, record = await _apply_attempt(
+                    job, client, units, concurrency, progress, fence
+                )
         else:  # only carried failures: nothing to send
             results = []
             await progress.finish()
+    if not dry_run:
+        await abort_if_lost()  # a lost attempt reports nothing and proposes no final state
 
     if carried:
         results = [*results, *carried]
@@ -199,6 +228,8 @@ async def run_write_job(
         await publish_failed_items(job.flow_key, summary)
         emit_failed_items_event(job.flow_key, summary)
     _log_outcome(logger, summary)
+    if record is not None:
+        await record.forget()
     if summary.failed:
         failed = ItemsFailed(summary)
         return Failed(message=str(failed), data=failed)
@@ -225,28 +256,148 @@ async def obtain_token_first(logger: logging.Logger | logging.LoggerAdapter[Any]
         )
 
 
-async def _apply_all(
+async def _apply_attempt(
     job: WriteJob[ItemT],
     client: ComplianceClient,
     units: list[list[ItemT]],
     concurrency: int,
     progress: Progress,
-) -> list[AnyResult]:
+    attempt: Attempt | None,
+) -> tuple[list[AnyResult], SendRecord | None]:
+    """This attempt's results, in unit order: what earlier attempts settled, then the rest."""
+    if attempt is None:  # not in a flow run: nothing to fence or record
+        sent = await _apply_all(job, client, dict(enumerate(units)), concurrency, progress)
+        return [result for index in sorted(sent) for result in sent[index]], None
+    record = await SendRecord.open(attempt, units)
+    by_unit = await _settle_earlier(job, client, units, record)
+    for _ in by_unit:
+        await progress.advance()
+    todo = {index: unit for index, unit in enumerate(units) if index not in by_unit}
+    sent = await _apply_all(job, client, todo, concurrency, progress, record)
+    if attempt.lost is not None:
+        raise Abort(attempt.lost)
+    await record.flush()
+    by_unit.update(sent)
+    return [result for index in sorted(by_unit) for result in by_unit[index]], record
+
+
+async def _settle_earlier(
+    job: WriteJob[ItemT],
+    client: ComplianceClient,
+    units: list[list[ItemT]],
+    record: SendRecord,
+) -> dict[int, Sequence[AnyResult]]:
+    """The units earlier attempts of this run settled: done, or sent without an answer."""
+    if not record.earlier:
+        return {}
+    settled: dict[int, Sequence[AnyResult]] = {}
+    unknown: list[int] = []
+    for index, unit in enumerate(units):
+        if record.settled(index):
+            settled[index] = [Done(item.label(), reason=EARLIER_DONE) for item in unit]
+        elif record.unknown(index):
+            unknown.append(index)
+    applied: set[int] = set()
+    if unknown:
+        since = record.started_at - CLOCK_MARGIN
+        try:
+            applied = await job.applied_by_lost_attempt(client, [units[i] for i in unknown], since)
+        except Exception as error:
+            get_run_logger().warning(
+                "Could not tell which units the lost attempt applied (%s): all go to review",
+                describe_error(error),
+            )
+    for position, index in enumerate(unknown):
+        if position in applied:
+            record.confirmed(index)
+            settled[index] = [Done(item.label(), reason=EARLIER_CONFIRMED) for item in units[index]]
+        else:
+            settled[index] = [_unknown_fate(item) for item in units[index]]
+    get_run_logger().info(
+        "Attempt %d of this run; earlier attempts (%s) settled %d of %d call unit(s): "
+        "%d done, %d applied according to the service, %d for review (not sent again)",
+        record.attempt.run_count,
+        ", ".join(map(str, record.earlier)),
+        len(settled),
+        len(units),
+        len(settled) - len(unknown),
+        len(applied),
+        len(unknown) - len(applied),
+    )
+    return settled
+
+
+EARLIER_DONE = "applied by an earlier attempt of this run"
+EARLIER_CONFIRMED = "applied by an earlier attempt of this run that lost contact (service confirms)"
+
+
+def _unknown_fate(item: ItemInput) -> ItemResult:
+    return ItemResult(
+        item=item.label(),
+        outcome=Outcome.NEEDS_REVIEW,
+        reason=(
+            "sent by an earlier attempt of this run that lost contact before the answer; not "
+            "sent again: check whether it was applied, rerun it if not"
+        ),
+        rerun_input=item.as_input(),
+    )
+
+
+async def _apply_all(
+    job: WriteJob[ItemT],
+    client: ComplianceClient,
+    units: dict[int, list[ItemT]],
+    concurrency: int,
+    progress: Progress,
+    record: SendRecord | None = None,
+) -> dict[int, Sequence[AnyResult]]:
     limiter = anyio.CapacityLimiter(job.units_in_flight(concurrency))
-    by_unit: list[Sequence[AnyResult]] = [() for _ in units]
+    by_unit: dict[int, Sequence[AnyResult]] = {}
 
     async def run(index: int, unit: list[ItemT]) -> None:
         async with limiter:
-            try:
-                by_unit[index] = await job.apply(client, unit)
-            except Exception as error:  # a bug or an unforeseen error fails its items only
-                by_unit[index] = [failure(item, error) for item in unit]
-        await progress.advance()
+            by_unit[index] = await _send_unit(job, client, index, unit, record)
+        if record is None or record.attempt.lost is None:  # a lost attempt shows nothing more
+            await progress.advance()
 
     async with anyio.create_task_group() as group:
-        for index, unit in enumerate(units):
+        for index, unit in units.items():
             group.start_soon(run, index, unit)
-    return [result for unit_results in by_unit for result in unit_results]
+    return by_unit
+
+
+async def _send_unit(
+    job: WriteJob[ItemT],
+    client: ComplianceClient,
+    index: int,
+    unit: list[ItemT],
+    record: SendRecord | None,
+) -> Sequence[AnyResult]:
+    """Claim the unit in the send record, send it, note the answer; every item gets a result."""
+    if record is not None:
+        try:
+            await record.claim(index)
+        except AttemptLost as lost:  # the run aborts: these rows are never reported
+            return [failure(item, lost) for item in unit]
+        except Exception as error:
+            return [_not_sent(item, error) for item in unit]
+    try:
+        with claimed() if record is not None else nullcontext():
+            results = await job.apply(client, unit)
+    except Exception as error:  # a bug or an unforeseen error fails its items only
+        results = [failure(item, error) for item in unit]
+    if record is not None:
+        record.answered(index, results)
+    return results
+
+
+def _not_sent(item: ItemInput, error: BaseException) -> ItemResult:
+    return ItemResult(
+        item=item.label(),
+        outcome=Outcome.FAILED_RETRYABLE,
+        reason=f"not sent: the Prefect server did not record it ({describe_error(error)})",
+        rerun_input=item.as_input(),
+    )
 
 
 def _summary(

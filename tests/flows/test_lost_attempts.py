@@ -1,0 +1,216 @@
+"""A run that is started again while its first process still runs: nothing twice, nothing undone.
+
+The first attempt runs in this process against the sandbox (with latency, so calls are in
+flight); the test then does what crash detection and recovery do on the server: the run becomes
+Crashed, then AwaitingRetry, and a second attempt of the same flow run starts. The sandbox
+counts every add-to-managed call per vendor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.exceptions import Abort
+from prefect.flow_engine import run_flow_async
+from prefect.states import AwaitingRetry, Crashed
+from prefect.variables import Variable
+
+from flows.promote_vendors import promote_discovered_vendors
+from runtime.attempts import Attempt, AttemptLost
+from sandbox.runner import SandboxHandle
+from tests.fixtures.runs import artifacts_of
+from write_engine.outcomes import ItemsFailed, Outcome, RunSummary
+from write_engine.send_record import (
+    EarlierAttemptMismatch,
+    IndexRanges,
+    SendRecordValue,
+    record_name,
+    units_digest,
+)
+
+ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
+
+
+def writes(sandbox: SandboxHandle) -> dict[str, int]:
+    return dict(sandbox.control.stats()["write_counts"].get("add_to_managed", {}))
+
+
+async def new_run(ids: list[str], concurrency: int = 2) -> FlowRun:
+    async with get_client() as client:
+        return await client.create_flow_run(
+            promote_discovered_vendors,
+            parameters={"discovered_vendor_ids": ids, "concurrency": concurrency},
+        )
+
+
+async def attempt(run: FlowRun) -> Any:
+    """One attempt of ``run`` in this process, as a worker's flow-run process would make it."""
+    async with get_client() as client:
+        current = await client.read_flow_run(run.id)
+    return await run_flow_async(
+        promote_discovered_vendors,
+        flow_run=current,
+        parameters=current.parameters,
+        return_type="state",
+    )
+
+
+async def crash_and_reschedule(run_id: uuid.UUID, *, reschedule: bool = True) -> None:
+    """What crash detection, then crash recovery, do on the server."""
+    async with get_client() as client:
+        await client.set_flow_run_state(run_id, Crashed(message="no heartbeat"), force=True)
+        if reschedule:
+            await client.set_flow_run_state(
+                run_id, AwaitingRetry(scheduled_time=datetime.now(UTC)), force=True
+            )
+
+
+async def read_state(run_id: uuid.UUID) -> Any:
+    async with get_client() as client:
+        return (await client.read_flow_run(run_id)).state
+
+
+async def lose_after(sandbox: SandboxHandle, run_id: uuid.UUID, sent: int) -> None:
+    for _ in range(600):
+        if sum(writes(sandbox).values()) >= sent:
+            break
+        await asyncio.sleep(0.05)
+    await crash_and_reschedule(run_id, reschedule=False)
+
+
+async def test_a_lost_attempt_stops_writing_and_proposes_no_state(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    ids = seed["discovered_vendors"][:30]
+    flows_env.control.set_fault(ROUTE, latency_ms=150)
+    run = await new_run(ids)
+    with pytest.raises(Abort, match="no longer this process's"):
+        await asyncio.gather(attempt(run), lose_after(flows_env, run.id, 4))
+    state = await read_state(run.id)
+    assert state.type is StateType.CRASHED  # not overwritten by a late Failed/Completed
+    sent = writes(flows_env)
+    assert 4 <= sum(sent.values()) < len(ids) and set(sent.values()) == {1}
+    # no results table, no failed-items record; the progress bar stopped where the run was lost
+    (progress,) = await artifacts_of(str(run.id))
+    assert progress.type == "progress" and progress.data < 100
+
+
+async def test_the_next_attempt_sends_nothing_the_lost_one_sent(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    ids = seed["discovered_vendors"][:24]
+    flows_env.control.set_fault(ROUTE, latency_ms=150)
+    run = await new_run(ids)
+    with pytest.raises(Abort):
+        await asyncio.gather(attempt(run), lose_after(flows_env, run.id, 6))
+    first = writes(flows_env)
+    await crash_and_reschedule(run.id)
+    flows_env.control.clear_faults()
+
+    state = await attempt(run)
+
+    assert state.is_completed(), state.message
+    summary = await state.result()
+    assert isinstance(summary, RunSummary)
+    assert summary.counts == {Outcome.SUCCEEDED: len(ids)}
+    assert writes(flows_env) == {vendor: 1 for vendor in ids}  # each applied exactly once
+    assert set(first) < set(ids)
+    for number in (1, 2):  # the records are gone once the run reported every item
+        assert await Variable.aget(record_name(_attempt(run.id, number), number)) is None
+
+
+async def test_a_unit_of_unknown_fate_goes_to_review_not_out_again(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    ids = seed["discovered_vendors"][:4]
+    run = await new_run(ids)
+    units = [[_vendor(i)] for i in ids]
+    lost = SendRecordValue(
+        attempt=1,
+        units=len(ids),
+        digest=units_digest(units),
+        started_at=datetime.now(UTC),
+        sent=[[0, 3]],
+        done=[[0, 1]],
+        refused=[[1, 2]],
+    )
+    await Variable.aset(record_name(_attempt(run.id, 1), 1), lost.model_dump(mode="json"))
+    await _enter_running_once(run.id)
+
+    state = await attempt(run)
+
+    assert state.is_failed()
+    failed = await state.result(raise_on_failure=False)
+    assert isinstance(failed, ItemsFailed)
+    by_item = {row.item: row for row in failed.summary.failed_items}
+    assert list(by_item) == [ids[2]]  # sent, never answered, not in the audit log
+    assert by_item[ids[2]].outcome is Outcome.NEEDS_REVIEW
+    assert writes(flows_env) == {ids[1]: 1, ids[3]: 1}  # refused: sent again; unsent: sent
+    async with get_client() as client:
+        assert (await client.read_flow_run(run.id)).run_count == 2
+
+
+async def test_a_changed_list_is_refused_before_any_write(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    ids = seed["discovered_vendors"][:3]
+    run = await new_run(ids)
+    other = SendRecordValue(
+        attempt=1, units=2, digest="0" * 64, started_at=datetime.now(UTC), sent=[[0, 1]]
+    )
+    await Variable.aset(record_name(_attempt(run.id, 1), 1), other.model_dump(mode="json"))
+    await _enter_running_once(run.id)
+
+    state = await attempt(run)
+
+    assert state.is_failed()
+    with pytest.raises(EarlierAttemptMismatch, match="different list"):
+        await state.result()
+    assert writes(flows_env) == {}
+
+
+async def test_an_unreachable_server_loses_the_attempt_after_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime import attempts
+
+    monkeypatch.setattr(attempts, "UNCONFIRMED_LIMIT_SECONDS", 0.0)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # nothing listens
+    lost = Attempt(flow_run_id=uuid.uuid4(), state_id=uuid.uuid4(), run_count=1)
+    with pytest.raises(AttemptLost, match="could not confirm"):
+        await lost.ensure_current(fresh=True)
+    with pytest.raises(AttemptLost):  # and stays lost, without asking again
+        await lost.ensure_current()
+
+
+def test_index_ranges_round_trip() -> None:
+    ranges = IndexRanges([[0, 3], [5, 6]])
+    for index in (3, 9, 4):
+        ranges.add(index)
+    assert ranges.ranges() == [[0, 6], [9, 10]]
+    assert 4 in ranges and 7 not in ranges and len(ranges) == 7
+
+
+def _attempt(run_id: uuid.UUID, number: int) -> Attempt:
+    return Attempt(flow_run_id=run_id, state_id=uuid.uuid4(), run_count=number)
+
+
+def _vendor(vendor_id: str) -> Any:
+    from flows.promote_vendors import DiscoveredVendorInput
+
+    return DiscoveredVendorInput(discovered_vendor_id=vendor_id)
+
+
+async def _enter_running_once(run_id: uuid.UUID) -> None:
+    """Make the next Running the run's second (an earlier attempt ran and crashed)."""
+    from prefect.states import Running
+
+    async with get_client() as client:
+        await client.set_flow_run_state(run_id, Running(), force=True)
+    await crash_and_reschedule(run_id)

@@ -1,0 +1,213 @@
+"""What each attempt of a write run sent, kept on the Prefect server for the run's next attempt.
+
+When a run is started again after a crash or a cut-off worker (the same flow run, on any host),
+its new attempt must not send again what the lost one sent: the API has no read for "is this
+vendor managed" or "is this person in the group". So every attempt records, before it sends a
+unit, that it is about to (``claim``, awaited: the record is on the server before the request
+leaves), and afterwards how the unit was answered (carried by the next write). The next attempt
+reads the record and
+
+- skips the units that were answered with every item done,
+- sends again the units that were answered with failures (refusals are not applied),
+- asks the job which of the units sent but never answered the service shows as applied, and
+  reports the rest for review instead of sending them twice.
+
+The record is one Prefect Variable per attempt (``compliance_sent_<run>_<attempt>``), which every
+worker reaches through the Prefect API alone. Units are numbered in the order the job lists
+them; the record keeps the digest of that list, so a list that changed between attempts (a
+different input file) is noticed instead of being matched by position. Index sets are kept as
+ranges: units start in order, so a record stays a few hundred characters (Prefect caps a
+Variable at 5,000). Claims of concurrent units share one write. The run deletes its records
+when it finishes in its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from prefect.variables import Variable
+from pydantic import BaseModel, Field
+
+from runtime.attempts import Attempt
+from write_engine.inputs import ItemInput
+from write_engine.outcomes import AnyResult, Outcome
+
+RECORD_PREFIX = "compliance_sent_"
+#: the Prefect Variable size limit, with room for the fields around the ranges
+MAX_RECORD_CHARS = 4_800
+
+
+class EarlierAttemptMismatch(RuntimeError):
+    """An earlier attempt of this run sent units of a different list: nothing is matched."""
+
+
+class RecordFull(RuntimeError):
+    """The record would exceed a Prefect Variable: the unit is not sent (fails retryable)."""
+
+
+class IndexRanges:
+    """A set of unit numbers as sorted, disjoint half-open ranges ``[start, end)``."""
+
+    def __init__(self, ranges: Iterable[Sequence[int]] = ()) -> None:
+        self._indices: set[int] = set()
+        for start, end in ranges:
+            self._indices.update(range(start, end))
+
+    def add(self, index: int) -> None:
+        self._indices.add(index)
+
+    def update(self, other: IndexRanges) -> None:
+        self._indices |= other._indices
+
+    def __contains__(self, index: object) -> bool:
+        return index in self._indices
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def ranges(self) -> list[list[int]]:
+        ranges: list[list[int]] = []
+        for index in sorted(self._indices):
+            if ranges and ranges[-1][1] == index:
+                ranges[-1][1] = index + 1
+            else:
+                ranges.append([index, index + 1])
+        return ranges
+
+
+class SendRecordValue(BaseModel):
+    """The JSON of one attempt's record (cumulative: it carries what earlier attempts knew)."""
+
+    version: int = 1
+    attempt: int
+    units: int
+    digest: str
+    #: when the run's first attempt started sending (where the job looks in the audit log)
+    started_at: datetime
+    sent: list[list[int]] = Field(default_factory=list)
+    #: answered, every item done (succeeded or skipped)
+    done: list[list[int]] = Field(default_factory=list)
+    #: answered with failures: nothing unknown, safe to send again
+    refused: list[list[int]] = Field(default_factory=list)
+
+
+def units_digest(units: Sequence[Sequence[ItemInput]]) -> str:
+    """The identity of a unit list: its items' keys, in order."""
+    hasher = hashlib.sha256()
+    for unit in units:
+        hasher.update("\x1f".join(item.key() for item in unit).encode())
+        hasher.update(b"\x1e")
+    return hasher.hexdigest()
+
+
+def record_name(attempt: Attempt, number: int) -> str:
+    return f"{RECORD_PREFIX}{attempt.flow_run_id.hex}_{number}"
+
+
+class SendRecord:
+    """This attempt's record, started from what earlier attempts of the run recorded."""
+
+    def __init__(self, attempt: Attempt, units: Sequence[Sequence[ItemInput]]) -> None:
+        self.attempt = attempt
+        self.units = len(units)
+        self.digest = units_digest(units)
+        self.started_at = datetime.now(UTC)
+        self.sent = IndexRanges()
+        self.done = IndexRanges()
+        self.refused = IndexRanges()
+        #: attempts whose records were read (their numbers)
+        self.earlier: list[int] = []
+        self._changes = 0
+        self._saved = 0
+        self._saving = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, attempt: Attempt, units: Sequence[Sequence[ItemInput]]) -> SendRecord:
+        record = cls(attempt, units)
+        for number in range(1, attempt.run_count):
+            value = await Variable.aget(record_name(attempt, number))
+            if value is not None:
+                record._merge(number, SendRecordValue.model_validate(value), units)
+        return record
+
+    def _merge(
+        self, number: int, value: SendRecordValue, units: Sequence[Sequence[ItemInput]]
+    ) -> None:
+        if value.units > len(units) or units_digest(units[: value.units]) != value.digest:
+            raise EarlierAttemptMismatch(
+                f"attempt {number} of this run sent items from a different list (the input "
+                "file or the ids changed since); to send nothing twice, this attempt sends "
+                "nothing: check that attempt's log, then start a new run"
+            )
+        self.earlier.append(number)
+        self.started_at = min(self.started_at, value.started_at)
+        self.sent.update(IndexRanges(value.sent))
+        self.done.update(IndexRanges(value.done))
+        self.refused.update(IndexRanges(value.refused))
+
+    def settled(self, index: int) -> bool:
+        """Answered by an earlier attempt with every item done."""
+        return index in self.done
+
+    def unknown(self, index: int) -> bool:
+        """Sent by an earlier attempt that never learned the answer."""
+        return index in self.sent and index not in self.done and index not in self.refused
+
+    def confirmed(self, index: int) -> None:
+        """The service shows the unit of unknown fate as applied."""
+        self.done.add(index)
+        self._changes += 1
+
+    def answered(self, index: int, results: Sequence[AnyResult]) -> None:
+        """This attempt got the unit's answer (recorded with the next write)."""
+        outcomes = [result.outcome for result in results]
+        if Outcome.NEEDS_REVIEW in outcomes:
+            return  # fate unknown: stays "sent"
+        target = self.refused if any(outcome.is_failure for outcome in outcomes) else self.done
+        target.add(index)
+        self._changes += 1
+
+    async def claim(self, index: int) -> None:
+        """Record that the unit is about to be sent; returns once the record is on the server
+        (``AttemptLost`` if this process no longer runs the run). The unit's first write must
+        then go out without another check (``runtime.attempts.claimed``): a claimed unit
+        that is not sent would look "of unknown fate" to the next attempt."""
+        await self.attempt.ensure_current()
+        self.sent.add(index)
+        self._changes += 1
+        await self._save_through(self._changes)
+
+    async def flush(self) -> None:
+        await self._save_through(self._changes)
+
+    async def _save_through(self, change: int) -> None:
+        async with self._saving:  # concurrent claims share the write that covers them
+            if self._saved >= change:
+                return
+            await self.attempt.ensure_current()
+            covered = self._changes
+            value = self._value()
+            if len(size := value.model_dump_json()) > MAX_RECORD_CHARS:
+                raise RecordFull(f"the send record of this run is full ({len(size)} characters)")
+            name = record_name(self.attempt, self.attempt.run_count)
+            await Variable.aset(name, value.model_dump(mode="json"), overwrite=True)
+            self._saved = covered
+
+    def _value(self) -> SendRecordValue:
+        return SendRecordValue(
+            attempt=self.attempt.run_count,
+            units=self.units,
+            digest=self.digest,
+            started_at=self.started_at,
+            sent=self.sent.ranges(),
+            done=self.done.ranges(),
+            refused=self.refused.ranges(),
+        )
+
+    async def forget(self) -> None:
+        """Delete every attempt's record: the run has reported every item itself."""
+        for number in range(1, self.attempt.run_count + 1):
+            await Variable.aunset(record_name(self.attempt, number))
