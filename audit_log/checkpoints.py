@@ -114,6 +114,17 @@ class EventLogCheckpoint(BaseModel):
             }
         )
 
+    def position(self) -> tuple[datetime | None, int, int]:
+        """How far the reader got; a checkpoint never replaces one that got further."""
+        return (self.last_event_date or self.start_date, self.entries_total, self.pages_total)
+
+    def behind(self, other: EventLogCheckpoint) -> bool:
+        """True if ``other`` got further than this checkpoint."""
+        (mine, *my_counts), (theirs, *their_counts) = self.position(), other.position()
+        if mine is None or theirs is None:
+            return mine is None and theirs is not None
+        return (mine, my_counts) < (theirs, their_counts)
+
     def resume_date(self) -> datetime | None:
         """``startDate`` for the next request: the last entry's date (inclusive) or the start."""
         return self.last_event_date or self.start_date
@@ -136,8 +147,18 @@ class VariableCheckpointStore:
             return None
         return EventLogCheckpoint.model_validate(value)
 
-    async def save(self, checkpoint: EventLogCheckpoint) -> None:
+    async def save(self, checkpoint: EventLogCheckpoint, *, forward_only: bool = True) -> bool:
+        """Store ``checkpoint`` unless the stored one got further (then keep it: False).
+
+        A checkpoint only moves forward: a run that lost its flow run stops before it saves
+        (``runtime.attempts.abort_if_lost``), and this read-before-write catches a late one.
+        ``forward_only=False`` is for a deliberate reset.
+        """
+        stored = await self.load() if forward_only else None
+        if stored is not None and checkpoint.behind(stored):
+            return False
         await Variable.aset(self.name, checkpoint.model_dump(mode="json"), overwrite=True)
+        return True
 
     async def clear(self) -> None:
         await Variable.aunset(self.name)

@@ -23,6 +23,7 @@ from prefect.client.schemas.objects import State
 
 from audit_log.checkpoints import START_MARGIN, EventLogCheckpoint, VariableCheckpointStore
 from audit_log.reading import iter_new_pages
+from runtime.attempts import abort_if_lost
 from runtime.connection import compliance_client
 from tasks.event_logs import load_log_checkpoint, save_log_checkpoint
 from write_engine.inputs import ItemT, ParsedItems, split_identifiers
@@ -91,8 +92,12 @@ async def read_new_targets(source: AuditLogSource, *, page_size: int = 100) -> N
 async def commit(found: NewTargets) -> None:
     """Move the checkpoint past what ``found`` read: call once every target is handled."""
     if found.checkpoint != found.loaded:
+        await abort_if_lost()  # a run started again elsewhere owns the checkpoint now
         store = VariableCheckpointStore(found.source.checkpoint_variable)
-        await save_log_checkpoint(store, found.checkpoint)
+        if not await save_log_checkpoint(store, found.checkpoint):
+            get_run_logger().info(
+                "The checkpoint in %r is already past what this run read: kept", store.name
+            )
 
 
 async def run_on_new_targets(

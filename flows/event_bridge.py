@@ -37,6 +37,7 @@ from audit_log.checkpoints import (
 from audit_log.events import audit_event
 from audit_log.reading import iter_new_pages
 from read_reports.filters import parse_timestamp
+from runtime.attempts import abort_if_lost
 from runtime.connection import compliance_client
 from runtime.events import EventSink
 from runtime.form import AtLeastOne, Maybe, NonBlank, PageSize, Seconds, title
@@ -124,7 +125,7 @@ async def _bridge(
         logger.info("No checkpoint in %r: starting at %s", store.name, checkpoint.start_date)
         # Saved before reading: if this run finds nothing, the next one must still start here,
         # not at its own "now", or entries logged in between would never be bridged.
-        await save_log_checkpoint(store, checkpoint)
+        await save_log_checkpoint(store, checkpoint, forward_only=not reset_checkpoint)
     elif first_start is not None:
         logger.info("Resuming from the checkpoint in %r; start_date is ignored", store.name)
     result = BridgeResult()
@@ -136,7 +137,8 @@ async def _bridge(
             events = [audit_event(entry) for entry in page.new_entries]
             if events:
                 await send_events(sink, unwalked(events))
-            await save_log_checkpoint(store, page.checkpoint)
+            await abort_if_lost()  # a run started again elsewhere owns the checkpoint now
+            await save_log_checkpoint(store, page.checkpoint, forward_only=not reset_checkpoint)
             checkpoint = page.checkpoint
             result.emitted += len(events)
             result.pages += 1

@@ -110,12 +110,14 @@ async def test_crash_between_emit_and_checkpoint_replays_the_same_event_ids(
     saves = 0
     original = VariableCheckpointStore.save
 
-    async def dies_after_page_two(self: VariableCheckpointStore, checkpoint: Any) -> None:
+    async def dies_after_page_two(
+        self: VariableCheckpointStore, checkpoint: Any, **options: Any
+    ) -> bool:
         nonlocal saves
         saves += 1
         if saves >= 3:  # 1: the starting point, 2: after page 1, 3: after page 2
             raise RuntimeError("worker killed after sending page 2, before its checkpoint")
-        await original(self, checkpoint)
+        return await original(self, checkpoint, **options)
 
     monkeypatch.setattr(VariableCheckpointStore, "save", dies_after_page_two)
     monkeypatch.setattr(event_bridge.save_log_checkpoint, "retries", 0)

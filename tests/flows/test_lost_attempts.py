@@ -21,10 +21,11 @@ from prefect.flow_engine import run_flow_async
 from prefect.states import AwaitingRetry, Crashed
 from prefect.variables import Variable
 
+from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore
 from flows.promote_vendors import promote_discovered_vendors
 from runtime.attempts import Attempt, AttemptLost
 from sandbox.runner import SandboxHandle
-from tests.fixtures.runs import artifacts_of
+from tests.fixtures.runs import artifacts_of, unique_name
 from write_engine.outcomes import ItemsFailed, Outcome, RunSummary
 from write_engine.send_record import (
     EarlierAttemptMismatch,
@@ -214,3 +215,16 @@ async def _enter_running_once(run_id: uuid.UUID) -> None:
     async with get_client() as client:
         await client.set_flow_run_state(run_id, Running(), force=True)
     await crash_and_reschedule(run_id)
+
+
+async def test_the_audit_log_checkpoint_only_moves_forward(prefect_server: None) -> None:
+    store = VariableCheckpointStore(unique_name("compliance_test_checkpoint"))
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    older = EventLogCheckpoint(start_date=start, last_event_date=start, entries_total=5)
+    newer = older.model_copy(update={"last_event_date": start.replace(hour=1)})
+    assert await store.save(newer)
+    assert not await store.save(older)  # a late save from a lost attempt: kept as it was
+    assert await store.load() == newer
+    assert await store.save(older, forward_only=False)  # a deliberate reset
+    assert await store.load() == older
+    await store.clear()
