@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Annotated, Any
 
 import anyio
@@ -23,6 +24,7 @@ from compliance_api.models import MAX_ADD_PEOPLE, GroupUpdateStatus
 from runtime import collector
 from runtime.form import Maybe, title
 from runtime.task_inputs import unwalked
+from tasks.event_logs import logged_targets
 from tasks.groups import PersonAnswer, add_people_to_group
 from write_engine.inputs import (
     Identifier,
@@ -37,6 +39,9 @@ from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, failure
 
 FLOW_KEY = "add-people-to-groups"
 CHUNK_SIZE = MAX_ADD_PEOPLE
+
+#: the audit entry of people added to a group (targets: the group and each person added)
+PEOPLE_ADDED = "GROUP_PEOPLE_ADDED"
 
 
 class GroupMembershipInput(ItemInput):
@@ -76,6 +81,23 @@ class GroupMembership(WriteJob[GroupMembershipInput]):
             for people in by_group.values()
             for start in range(0, len(people), CHUNK_SIZE)
         ]
+
+    async def applied_by_lost_attempt(
+        self,
+        client: ComplianceClient,
+        units: Sequence[Sequence[GroupMembershipInput]],
+        since: datetime,
+    ) -> set[int]:
+        """The service logs the people it adds to a group, with the group, per call."""
+        added: dict[str, set[str]] = {}
+        for entry in await logged_targets(client, PEOPLE_ADDED, since):
+            for group in entry.get("Group", ()):
+                added.setdefault(group, set()).update(entry.get("Person", ()))
+        return {
+            position
+            for position, unit in enumerate(units)
+            if all(item.person_id in added.get(item.group_id, ()) for item in unit)
+        }
 
     def plan(self, unit: Sequence[GroupMembershipInput]) -> list[Done]:
         reason = f"would add in one call with {len(unit) - 1} other(s)"

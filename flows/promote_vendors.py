@@ -139,7 +139,8 @@ class VendorPromotion(WriteJob[DiscoveredVendorInput]):
         since: datetime,
     ) -> set[int]:
         """The service logs each vendor it newly adds to the managed ones."""
-        managed = await logged_targets(client, ADDED_TO_MANAGED, "DiscoveredVendor", since)
+        entries = await logged_targets(client, ADDED_TO_MANAGED, since)
+        managed = {vendor for entry in entries for vendor in entry.get("DiscoveredVendor", ())}
         return {
             position
             for position, unit in enumerate(units)

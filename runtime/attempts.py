@@ -141,9 +141,14 @@ async def abort_if_lost() -> None:
         raise Abort(str(lost)) from None
 
 
+#: a claim's confirmation lets its first write through without a check for this long
+TICKET_SECONDS = 10.0
+
+
 @dataclass
 class _Ticket:
     unused: bool = True
+    issued_at: float = field(default_factory=time.monotonic)
 
 
 _ticket: ContextVar[_Ticket | None] = ContextVar("compliance_claimed_write", default=None)
@@ -152,7 +157,8 @@ _ticket: ContextVar[_Ticket | None] = ContextVar("compliance_claimed_write", def
 @contextlib.contextmanager
 def claimed() -> Iterator[None]:
     """The first write in the body was just confirmed (its claim was recorded under a fresh
-    confirmation): it goes out without another check; later writes are checked as usual."""
+    confirmation): it goes out without another check if it follows within ``TICKET_SECONDS``;
+    later writes are checked as usual."""
     token = _ticket.set(_Ticket())
     try:
         yield
@@ -165,7 +171,8 @@ async def guard_write() -> None:
     ticket = _ticket.get()
     if ticket is not None and ticket.unused:
         ticket.unused = False
-        return
+        if time.monotonic() - ticket.issued_at < TICKET_SECONDS:
+            return
     attempt = _current.get()
     if attempt is not None:
         await attempt.ensure_current()

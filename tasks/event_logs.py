@@ -83,11 +83,15 @@ async def export_pages(
 
 @task(name="Look in the audit log for what a lost attempt applied", **API_CALL)
 async def logged_targets(
-    client: ComplianceClient, action: str, target_type: str, since: datetime
-) -> set[str]:
-    """The ids of ``target_type`` targets of ``action`` entries logged at or after ``since``."""
-    found: set[str] = set()
+    client: ComplianceClient, action: str, since: datetime
+) -> list[dict[str, set[str]]]:
+    """The targets of each ``action`` entry logged at or after ``since``: per entry, the ids by
+    target type."""
+    found: list[dict[str, set[str]]] = []
     async for entry in client.iter_event_logs(start_date=since):
         if entry.action == action:
-            found.update(target.id for target in entry.targets if target.type == target_type)
+            targets: dict[str, set[str]] = {}
+            for target in entry.targets:
+                targets.setdefault(target.type, set()).add(target.id)
+            found.append(targets)
     return found

@@ -183,7 +183,34 @@ async def run_write_job(
     ``carried`` are earlier failures this run reports again without sending them (an automatic
     rerun leaves refusals to a person): they keep the run red and stay in its failed-items
     record, so the last run of a chain always lists everything still to do.
+
+    A run that is no longer this process's (``runtime/attempts.py``) ends with Prefect's
+    ``Abort``: nothing published, no state proposed.
     """
+    try:
+        return await _run_write_job(
+            job,
+            parsed,
+            dry_run=dry_run,
+            concurrency=concurrency,
+            rerun_of=rerun_of,
+            attempt=attempt,
+            carried=carried,
+        )
+    except AttemptLost as lost:
+        raise Abort(str(lost)) from None
+
+
+async def _run_write_job(
+    job: WriteJob[ItemT],
+    parsed: ParsedItems[ItemT],
+    *,
+    dry_run: bool,
+    concurrency: int,
+    rerun_of: str | None,
+    attempt: int,
+    carried: Sequence[ItemResult],
+) -> RunSummary | State[Any]:
     logger = get_run_logger()
     items = parsed.items
     if parsed.duplicates:
@@ -275,7 +302,7 @@ async def _apply_attempt(
     todo = {index: unit for index, unit in enumerate(units) if index not in by_unit}
     sent = await _apply_all(job, client, todo, concurrency, progress, record)
     if attempt.lost is not None:
-        raise Abort(attempt.lost)
+        raise AttemptLost(attempt.lost)
     await record.flush()
     by_unit.update(sent)
     return [result for index in sorted(by_unit) for result in by_unit[index]], record

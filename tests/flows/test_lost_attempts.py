@@ -22,6 +22,7 @@ from prefect.states import AwaitingRetry, Crashed
 from prefect.variables import Variable
 
 from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore
+from flows.add_people_to_groups import add_people_to_groups
 from flows.promote_vendors import promote_discovered_vendors
 from runtime.attempts import Attempt, AttemptLost
 from sandbox.runner import SandboxHandle
@@ -50,12 +51,12 @@ async def new_run(ids: list[str], concurrency: int = 2) -> FlowRun:
         )
 
 
-async def attempt(run: FlowRun) -> Any:
+async def attempt(run: FlowRun, flow: Any = promote_discovered_vendors) -> Any:
     """One attempt of ``run`` in this process, as a worker's flow-run process would make it."""
     async with get_client() as client:
         current = await client.read_flow_run(run.id)
     return await run_flow_async(
-        promote_discovered_vendors,
+        flow,
         flow_run=current,
         parameters=current.parameters,
         return_type="state",
@@ -124,6 +125,35 @@ async def test_the_next_attempt_sends_nothing_the_lost_one_sent(
     assert set(first) < set(ids)
     for number in (1, 2):  # the records are gone once the run reported every item
         assert await Variable.aget(record_name(_attempt(run.id, number), number)) is None
+
+
+async def test_people_added_by_a_lost_attempt_are_not_added_again(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    group, people = seed["groups"][0], seed["people"][:250]  # three calls: 100, 100, 50
+    flows_env.control.set_fault("POST /v1/groups/{groupId}/add-people", latency_ms=400)
+    async with get_client() as client:
+        run = await client.create_flow_run(
+            add_people_to_groups,
+            parameters={"group_ids": [group], "person_ids": people, "concurrency": 1},
+        )
+
+    async def lose_after_first_call() -> None:
+        for _ in range(600):
+            if flows_env.control.stats()["group_add_counts"].get(group):
+                break
+            await asyncio.sleep(0.05)
+        await crash_and_reschedule(run.id, reschedule=False)
+
+    with pytest.raises(Abort):
+        await asyncio.gather(attempt(run, add_people_to_groups), lose_after_first_call())
+    await crash_and_reschedule(run.id)
+
+    state = await attempt(run, add_people_to_groups)
+
+    assert state.is_completed(), state.message
+    counts = flows_env.control.stats()["group_add_counts"][group]
+    assert counts == {person: 1 for person in people}
 
 
 async def test_a_unit_of_unknown_fate_goes_to_review_not_out_again(
