@@ -12,8 +12,10 @@ prefect.yaml but this one):
 1. Read the run and its state history; a run that is no longer Crashed is left alone (an
    operator, or an earlier recovery, acted first).
 2. Fewer than ``max_attempts`` crashes: put the run back to Scheduled (as the UI's Retry does),
-   so a worker starts it again with the same parameters. Every flow is safe to run again: writes
-   are idempotent or go through the link ledger, reads resume from their checkpoints.
+   so a worker starts it again with the same parameters. Every flow is safe to run again: a
+   write run's new attempt skips what the lost one sent (``write_engine/send_record.py``) while
+   the lost process, if it still lives, stops writing (``runtime/attempts.py``); reads resume
+   from their checkpoints.
 3. Otherwise: leave it Crashed, publish a report naming the run and its parameters, and end
    Failed, so what is left is visible in the UI and reaches the failure notifications.
 """
