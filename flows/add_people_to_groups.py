@@ -88,7 +88,8 @@ class GroupMembership(WriteJob[GroupMembershipInput]):
         units: Sequence[Sequence[GroupMembershipInput]],
         since: datetime,
     ) -> set[int]:
-        """The service logs the people it adds to a group, with the group, per call."""
+        """The service logs the people it adds to a group, with the group, per call; a chunk
+        it does not show in full is sent again (adding a member again changes nothing)."""
         added: dict[str, set[str]] = {}
         for entry in await logged_targets(client, PEOPLE_ADDED, since):
             for group in entry.get("Group", ()):

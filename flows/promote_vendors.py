@@ -138,7 +138,8 @@ class VendorPromotion(WriteJob[DiscoveredVendorInput]):
         units: Sequence[Sequence[DiscoveredVendorInput]],
         since: datetime,
     ) -> set[int]:
-        """The service logs each vendor it newly adds to the managed ones."""
+        """The service logs each vendor it newly adds to the managed ones; one it does not
+        show was not added (the lost attempt's calls ended long before this one started)."""
         entries = await logged_targets(client, ADDED_TO_MANAGED, since)
         managed = {vendor for entry in entries for vendor in entry.get("DiscoveredVendor", ())}
         return {

@@ -60,6 +60,8 @@ DEFAULT_CONCURRENCY = 8
 MAX_CONCURRENCY = 32
 #: how many items a write flow sends at once (its ``concurrency`` parameter)
 Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
+#: units claimed ahead at most, for jobs that can tell what a lost attempt applied
+MAX_CLAIM_WINDOW = 2048
 #: the service's clock may be a little behind ours: look this much earlier in its audit log
 CLOCK_MARGIN = timedelta(minutes=5)
 
@@ -102,13 +104,13 @@ class WriteJob(ABC, Generic[ItemT]):
 
     async def applied_by_lost_attempt(
         self, client: ComplianceClient, units: Sequence[Sequence[ItemT]], since: datetime
-    ) -> set[int]:
-        """Of ``units``, sent by an earlier attempt of this run that never got the answer, the
-        positions the service shows as applied (e.g. in its audit log since ``since``).
-
-        The rest are reported for review, never sent twice. Default: none can be told.
+    ) -> set[int] | None:
+        """Of ``units``, claimed by an earlier attempt of this run that never got their answers
+        (each was sent or not), the positions the service shows as applied, e.g. in its audit
+        log since ``since``; the others are sent. ``None``: the service cannot tell, so every
+        one is reported for review, never sent twice (the default).
         """
-        return set()
+        return None
 
     def summarize(self, summary: RunSummary, results: Sequence[ItemResult]) -> RunSummary:
         """A flow-specific summary (a subclass of RunSummary) if the flow has more to say.
@@ -295,11 +297,19 @@ async def _apply_attempt(
     if attempt is None:  # not in a flow run: nothing to fence or record
         sent = await _apply_all(job, client, dict(enumerate(units)), concurrency, progress)
         return [result for index in sorted(sent) for result in sent[index]], None
-    record = await SendRecord.open(attempt, units)
+    in_flight = job.units_in_flight(concurrency)
+    verifiable = type(job).applied_by_lost_attempt is not WriteJob.applied_by_lost_attempt
+    record = await SendRecord.open(
+        attempt,
+        units,
+        window=2 * in_flight,
+        max_window=MAX_CLAIM_WINDOW if verifiable else 2 * in_flight,
+    )
     by_unit = await _settle_earlier(job, client, units, record)
     for _ in by_unit:
         await progress.advance()
     todo = {index: unit for index, unit in enumerate(units) if index not in by_unit}
+    record.plan(list(todo))
     sent = await _apply_all(job, client, todo, concurrency, progress, record)
     if attempt.lost is not None:
         raise AttemptLost(attempt.lost)
@@ -324,7 +334,8 @@ async def _settle_earlier(
             settled[index] = [Done(item.label(), reason=EARLIER_DONE) for item in unit]
         elif record.unknown(index):
             unknown.append(index)
-    applied: set[int] = set()
+    done = len(settled)
+    applied: set[int] | None = None
     if unknown:
         since = record.started_at - CLOCK_MARGIN
         try:
@@ -335,21 +346,23 @@ async def _settle_earlier(
                 describe_error(error),
             )
     for position, index in enumerate(unknown):
-        if position in applied:
+        if applied is None:
+            settled[index] = [_unknown_fate(item) for item in units[index]]
+        elif position in applied:
             record.confirmed(index)
             settled[index] = [Done(item.label(), reason=EARLIER_CONFIRMED) for item in units[index]]
-        else:
-            settled[index] = [_unknown_fate(item) for item in units[index]]
     get_run_logger().info(
-        "Attempt %d of this run; earlier attempts (%s) settled %d of %d call unit(s): "
-        "%d done, %d applied according to the service, %d for review (not sent again)",
+        "Attempt %d of this run, after attempt(s) %s: of %d call unit(s), %d were done, %d were "
+        "claimed without an answer (%s), %d are to send",
         record.attempt.run_count,
         ", ".join(map(str, record.earlier)),
-        len(settled),
         len(units),
-        len(settled) - len(unknown),
-        len(applied),
-        len(unknown) - len(applied),
+        done,
+        len(unknown),
+        "all for review: not sent again"
+        if applied is None
+        else f"{len(applied)} applied according to the service",
+        len(units) - len(settled),
     )
     return settled
 
@@ -363,7 +376,7 @@ def _unknown_fate(item: ItemInput) -> ItemResult:
         item=item.label(),
         outcome=Outcome.NEEDS_REVIEW,
         reason=(
-            "sent by an earlier attempt of this run that lost contact before the answer; not "
+            "claimed by an earlier attempt of this run that was lost before the answer; not "
             "sent again: check whether it was applied, rerun it if not"
         ),
         rerun_input=item.as_input(),

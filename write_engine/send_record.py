@@ -1,24 +1,29 @@
-"""What each attempt of a write run sent, kept on the Prefect server for the run's next attempt.
+"""What each attempt of a write run may have sent, kept on the Prefect server for the next one.
 
 When a run is started again after a crash or a cut-off worker (the same flow run, on any host),
 its new attempt must not send again what the lost one sent: the API has no read for "is this
-vendor managed" or "is this person in the group". So every attempt records, before it sends a
-unit, that it is about to (``claim``, awaited: the record is on the server before the request
-leaves), and afterwards how the unit was answered (carried by the next write). The next attempt
-reads the record and
+vendor managed" or "is this person in the group". So an attempt claims units before it sends
+them, a window of them at a time (``claim``: awaited, so the claim is on the server before any
+request of the window leaves), and records how each unit was answered (carried by the next
+write). The next attempt reads the record and
 
 - skips the units that were answered with every item done,
 - sends again the units that were answered with failures (refusals are not applied),
-- asks the job which of the units sent but never answered the service shows as applied, and
-  reports the rest for review instead of sending them twice.
+- asks the job about the units claimed but never answered (in flight, or not yet sent when the
+  attempt was lost): a job that can tell from the service (the audit log) says which were
+  applied, and the others are sent; otherwise they are reported for review, never sent twice.
+
+A job that can tell lets the window grow while the server is slow to write (a SQLite server
+under a bulk run takes seconds), so claims never hold the calls up; for the others the window
+stays small, and so does what a lost attempt leaves for review.
 
 The record is one Prefect Variable per attempt (``compliance_sent_<run>_<attempt>``), which every
-worker reaches through the Prefect API alone. Units are numbered in the order the job lists
-them; the record keeps the digest of that list, so a list that changed between attempts (a
-different input file) is noticed instead of being matched by position. Index sets are kept as
-ranges: units start in order, so a record stays a few hundred characters (Prefect caps a
-Variable at 5,000). Claims of concurrent units share one write. The run deletes its records
-when it finishes in its own process.
+worker reaches through the Prefect API alone. Claiming a window ahead keeps the writes to about
+one per ``window`` units, written while earlier units are on the wire. Units are numbered in the
+order the job lists them; the record keeps the digest of that list, so a list that changed
+between attempts (a different input file) is noticed instead of being matched by position.
+Index sets are kept as ranges, so a record stays small (Prefect caps a Variable at 5,000
+characters). The run deletes its records when it finishes in its own process.
 """
 
 from __future__ import annotations
@@ -110,23 +115,44 @@ def record_name(attempt: Attempt, number: int) -> str:
 class SendRecord:
     """This attempt's record, started from what earlier attempts of the run recorded."""
 
-    def __init__(self, attempt: Attempt, units: Sequence[Sequence[ItemInput]]) -> None:
+    def __init__(
+        self,
+        attempt: Attempt,
+        units: Sequence[Sequence[ItemInput]],
+        window: int = 32,
+        max_window: int = 32,
+    ) -> None:
         self.attempt = attempt
         self.units = len(units)
         self.digest = units_digest(units)
         self.started_at = datetime.now(UTC)
+        #: units claimed ahead; doubled (up to ``max_window``) whenever a claim had to wait
+        self.window = window
+        self.max_window = max(window, max_window)
         self.sent = IndexRanges()
         self.done = IndexRanges()
         self.refused = IndexRanges()
         #: attempts whose records were read (their numbers)
         self.earlier: list[int] = []
+        #: the units this attempt sends, in order; the first ``_claimed`` are claimed
+        self._order: list[int] = []
+        self._position: dict[int, int] = {}
+        self._claimed = 0
+        self._claimed_saved = 0
         self._changes = 0
         self._saved = 0
         self._saving = asyncio.Lock()
+        self._ahead: set[asyncio.Task[None]] = set()
 
     @classmethod
-    async def open(cls, attempt: Attempt, units: Sequence[Sequence[ItemInput]]) -> SendRecord:
-        record = cls(attempt, units)
+    async def open(
+        cls,
+        attempt: Attempt,
+        units: Sequence[Sequence[ItemInput]],
+        window: int = 32,
+        max_window: int = 32,
+    ) -> SendRecord:
+        record = cls(attempt, units, window, max_window)
         for number in range(1, attempt.run_count):
             value = await Variable.aget(record_name(attempt, number))
             if value is not None:
@@ -153,7 +179,7 @@ class SendRecord:
         return index in self.done
 
     def unknown(self, index: int) -> bool:
-        """Sent by an earlier attempt that never learned the answer."""
+        """Claimed by an earlier attempt that never learned the answer (sent or not)."""
         return index in self.sent and index not in self.done and index not in self.refused
 
     def confirmed(self, index: int) -> None:
@@ -170,15 +196,39 @@ class SendRecord:
         target.add(index)
         self._changes += 1
 
+    def plan(self, order: Sequence[int]) -> None:
+        """The units this attempt will send, in the order it starts them."""
+        self._order = list(order)
+        self._position = {index: position for position, index in enumerate(self._order)}
+
     async def claim(self, index: int) -> None:
-        """Record that the unit is about to be sent; returns once the record is on the server
-        (``AttemptLost`` if this process no longer runs the run). The unit's first write must
-        then go out without another check (``runtime.attempts.claimed``): a claimed unit
-        that is not sent would look "of unknown fate" to the next attempt."""
+        """Return once the unit is claimed on the server (``AttemptLost`` if this process no
+        longer runs the run). Claims run a window ahead: when half of the claimed window is
+        used, the next one is written in the background."""
         await self.attempt.ensure_current()
-        self.sent.add(index)
-        self._changes += 1
-        await self._save_through(self._changes)
+        position = self._position[index]
+        if position + self.window // 2 >= self._claimed:
+            self._claim_through(position + 1 + self.window)
+            ahead = asyncio.ensure_future(self._save_through(self._changes))
+            self._ahead.add(ahead)
+            ahead.add_done_callback(self._ahead_done)
+        if self._claimed_saved <= position:  # the window ran out before its write landed
+            self.window = min(self.max_window, 2 * self.window)
+        while self._claimed_saved <= position:
+            await self._save_through(self._changes)
+
+    def _claim_through(self, end: int) -> None:
+        end = min(end, len(self._order))
+        for position in range(self._claimed, end):
+            self.sent.add(self._order[position])
+        if end > self._claimed:
+            self._claimed = end
+            self._changes += 1
+
+    def _ahead_done(self, task: asyncio.Task[None]) -> None:
+        self._ahead.discard(task)
+        if not task.cancelled():
+            task.exception()  # seen by the claim that waits for it; not logged twice
 
     async def flush(self) -> None:
         await self._save_through(self._changes)
@@ -188,13 +238,13 @@ class SendRecord:
             if self._saved >= change:
                 return
             await self.attempt.ensure_current()
-            covered = self._changes
+            covered, claimed = self._changes, self._claimed
             value = self._value()
             if len(size := value.model_dump_json()) > MAX_RECORD_CHARS:
                 raise RecordFull(f"the send record of this run is full ({len(size)} characters)")
             name = record_name(self.attempt, self.attempt.run_count)
             await Variable.aset(name, value.model_dump(mode="json"), overwrite=True)
-            self._saved = covered
+            self._saved, self._claimed_saved = covered, claimed
 
     def _value(self) -> SendRecordValue:
         return SendRecordValue(

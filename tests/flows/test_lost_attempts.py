@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.exceptions import Abort
@@ -23,11 +24,12 @@ from prefect.variables import Variable
 
 from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore
 from flows.add_people_to_groups import add_people_to_groups
-from flows.promote_vendors import promote_discovered_vendors
+from flows.promote_vendors import VendorPromotion, promote_discovered_vendors, read_vendor_items
 from runtime.attempts import Attempt, AttemptLost
 from sandbox.runner import SandboxHandle
 from tests.fixtures.runs import artifacts_of, unique_name
 from write_engine.outcomes import ItemsFailed, Outcome, RunSummary
+from write_engine.run import WriteJob, run_write_job
 from write_engine.send_record import (
     EarlierAttemptMismatch,
     IndexRanges,
@@ -156,35 +158,71 @@ async def test_people_added_by_a_lost_attempt_are_not_added_again(
     assert counts == {person: 1 for person in people}
 
 
-async def test_a_unit_of_unknown_fate_goes_to_review_not_out_again(
-    flows_env: SandboxHandle, seed: dict[str, Any]
-) -> None:
-    ids = seed["discovered_vendors"][:4]
-    run = await new_run(ids)
-    units = [[_vendor(i)] for i in ids]
+async def seed_lost_record(run: FlowRun, ids: list[str], **sets: list[list[int]]) -> None:
+    """What attempt 1 left: a record with these index ranges; the next attempt is number 2."""
     lost = SendRecordValue(
         attempt=1,
         units=len(ids),
-        digest=units_digest(units),
+        digest=units_digest([[_vendor(i)] for i in ids]),
         started_at=datetime.now(UTC),
-        sent=[[0, 3]],
-        done=[[0, 1]],
-        refused=[[1, 2]],
+        **sets,
     )
     await Variable.aset(record_name(_attempt(run.id, 1), 1), lost.model_dump(mode="json"))
     await _enter_running_once(run.id)
 
+
+async def test_the_audit_log_tells_which_unanswered_units_were_applied(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    ids = seed["discovered_vendors"][:5]
+    run = await new_run(ids)
+    await promote_discovered_vendors(discovered_vendor_ids=[ids[2]])  # "attempt 1" applied it
+    # 0 done, 1 refused, 2 and 3 claimed without an answer (2 applied, 3 never sent), 4 new
+    await seed_lost_record(run, ids, sent=[[0, 4]], done=[[0, 1]], refused=[[1, 2]])
+
     state = await attempt(run)
+
+    assert state.is_completed(), state.message
+    summary = await state.result()
+    assert isinstance(summary, RunSummary)
+    assert summary.counts == {Outcome.SUCCEEDED: 5}
+    assert writes(flows_env) == {ids[1]: 1, ids[2]: 1, ids[3]: 1, ids[4]: 1}
+    async with get_client() as client:
+        assert (await client.read_flow_run(run.id)).run_count == 2
+
+
+class Unverifiable(VendorPromotion):
+    """A job whose service cannot tell what a lost attempt applied (the default)."""
+
+    applied_by_lost_attempt = WriteJob.applied_by_lost_attempt  # type: ignore[assignment]
+
+
+@flow(name="promote-unverifiable")
+async def promote_unverifiable(discovered_vendor_ids: list[str]) -> Any:
+    return await run_write_job(
+        Unverifiable(), read_vendor_items(discovered_vendor_ids, None), dry_run=False, concurrency=2
+    )
+
+
+async def test_an_unanswered_unit_goes_to_review_where_the_service_cannot_tell(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    ids = seed["discovered_vendors"][:3]
+    async with get_client() as client:
+        run = await client.create_flow_run(
+            promote_unverifiable, parameters={"discovered_vendor_ids": ids}
+        )
+    await seed_lost_record(run, ids, sent=[[0, 2]], done=[[0, 1]])
+
+    state = await attempt(run, promote_unverifiable)
 
     assert state.is_failed()
     failed = await state.result(raise_on_failure=False)
     assert isinstance(failed, ItemsFailed)
-    by_item = {row.item: row for row in failed.summary.failed_items}
-    assert list(by_item) == [ids[2]]  # sent, never answered, not in the audit log
-    assert by_item[ids[2]].outcome is Outcome.NEEDS_REVIEW
-    assert writes(flows_env) == {ids[1]: 1, ids[3]: 1}  # refused: sent again; unsent: sent
-    async with get_client() as client:
-        assert (await client.read_flow_run(run.id)).run_count == 2
+    (review,) = failed.summary.failed_items
+    assert (review.item, review.outcome) == (ids[1], Outcome.NEEDS_REVIEW)
+    assert review.rerun_input == {"discovered_vendor_id": ids[1]}
+    assert writes(flows_env) == {ids[2]: 1}  # only the unit no attempt claimed
 
 
 async def test_a_changed_list_is_refused_before_any_write(
