@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from sandbox.runner import serve_forever
 from sandbox.state import SandboxConfig
+
+CONTROL_TOKEN_ENV = "SANDBOX_CONTROL_TOKEN"
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[SandboxConfig, str]:
@@ -14,7 +17,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[SandboxConfig, str]:
         prog="compliance-sandbox",
         description="A local server that behaves like the Compliance API (see sandbox/README.md).",
     )
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind; beyond loopback only with a control token",
+    )
+    parser.add_argument(
+        "--control-token",
+        default=None,
+        help="bearer token the /_sandbox/ control API then requires (prefer the "
+        f"{CONTROL_TOKEN_ENV} variable: a command line is visible to other users)",
+    )
     parser.add_argument("--port", type=int, default=8700, help="commercial tier (default 8700)")
     parser.add_argument(
         "--gov-port", type=int, default=None, help="government tier (default port+1)"
@@ -43,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[SandboxConfig, str]:
         parser.error("--error-rate must be between 0 and 1")
     options = vars(args)
     log_level = options.pop("log_level")
+    if options["control_token"] is None:
+        options["control_token"] = os.environ.get(CONTROL_TOKEN_ENV) or None
     return SandboxConfig(**options), log_level
 
 

@@ -6,7 +6,7 @@ from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from sandbox.control_api import control_router
+from sandbox.control_api import ControlTokenMiddleware, control_router
 from sandbox.data_api import data_router
 from sandbox.errors import (
     ApiError,
@@ -59,6 +59,8 @@ def create_app(sandbox: Sandbox, tier_name: str = "commercial") -> FastAPI:
         return json_response({"error": code, "message": message}, exc.status_code)
 
     app.add_middleware(SandboxMiddleware, tier=tier, table_source=route_table)
+    if sandbox.config.control_token:  # outermost: nothing under /_sandbox/ runs without it
+        app.add_middleware(ControlTokenMiddleware, token=sandbox.config.control_token)
     app.state.sandbox = sandbox
     app.state.tier = tier
     return app

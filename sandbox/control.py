@@ -1,4 +1,8 @@
-"""A small synchronous client for the ``/_sandbox/`` control API (tests, demo, benchmarks)."""
+"""A small synchronous client for the ``/_sandbox/`` control API (tests, demo, benchmarks).
+
+A sandbox that listens beyond loopback requires a bearer token on its control API: pass it as
+``control_token`` (it is sent as ``Authorization: Bearer <token>``).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,12 @@ class SandboxControlError(RuntimeError):
 
 
 class SandboxControl:
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 30.0, control_token: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=f"{self.url}/_sandbox", timeout=timeout)
+        headers = {"Authorization": f"Bearer {control_token}"} if control_token else {}
+        self._http = httpx.Client(base_url=f"{self.url}/_sandbox", timeout=timeout, headers=headers)
 
     def close(self) -> None:
         self._http.close()

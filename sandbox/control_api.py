@@ -1,4 +1,9 @@
-"""The sandbox's own control API under ``/_sandbox/`` (no auth; loopback test tool only).
+"""The sandbox's own control API under ``/_sandbox/``.
+
+On loopback it has no auth (a test tool). A sandbox may listen beyond loopback only with a
+control token (``--control-token`` or ``SANDBOX_CONTROL_TOKEN``); then every ``/_sandbox/`` call,
+health included, needs ``Authorization: Bearer <token>`` (``ControlTokenMiddleware``), since the
+control API can list every credential the sandbox issued.
 
 Stats, faults, token outages and injected events act on the tier of the port they are called
 on; reset, the clock, the application list, secret rotation, revocation and consent approval
@@ -7,6 +12,7 @@ act on the whole sandbox (applications know their tier).
 
 from __future__ import annotations
 
+import hmac
 import math
 import weakref
 from collections.abc import Callable
@@ -55,6 +61,33 @@ class IssuedCredentials:
             "refresh_tokens": sorted(self.refresh_tokens),
             "client_secrets": sorted(self.client_secrets),
         }
+
+
+class ControlTokenMiddleware:
+    """401 for a ``/_sandbox/`` call without ``Authorization: Bearer <token>`` (plain ASGI)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == "/_sandbox" or path.startswith("/_sandbox/")):
+            given = next(
+                (bytes(value) for key, value in scope["headers"] if key == b"authorization"), b""
+            )
+            if not hmac.compare_digest(given, self._expected):
+                response = json_response(
+                    {
+                        "error": "unauthorized",
+                        "message": "the control API needs Authorization: Bearer <control token>",
+                    },
+                    401,
+                    {"WWW-Authenticate": 'Bearer realm="_sandbox"'},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 _issued: weakref.WeakKeyDictionary[Sandbox, IssuedCredentials] = weakref.WeakKeyDictionary()

@@ -3,12 +3,16 @@
 ``run_sandbox_in_thread()`` is what tests and the demo use: it binds free loopback ports itself
 (no race between choosing and binding), starts both servers in a background thread, waits until
 they accept connections, yields a :class:`SandboxHandle`, and stops them on exit.
+
+Either refuses a host beyond loopback (anything but 127.0.0.0/8, ::1, ``localhost``) unless the
+config has a ``control_token``: the control API can list every credential the sandbox issued.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 import threading
 import time
@@ -22,6 +26,33 @@ from sandbox.control import SandboxControl
 from sandbox.state import Sandbox, SandboxConfig
 
 STARTUP_TIMEOUT_SECONDS = 60.0
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or ``localhost``: reachable from this machine only."""
+    name = host.strip().strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(config: SandboxConfig) -> None:
+    """A ``ValueError`` before anything binds: beyond loopback only with a control token."""
+    if not config.control_token and not is_loopback(config.host):
+        raise ValueError(
+            f"refusing to listen on {config.host!r} without a control token: the /_sandbox/ "
+            "control API lists issued credentials; give --control-token or "
+            "SANDBOX_CONTROL_TOKEN (then it requires Authorization: Bearer <token>), or "
+            "listen on loopback"
+        )
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 @dataclass
@@ -36,7 +67,8 @@ class SandboxHandle:
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket; with the explicit protocol asyncio sets TCP_NODELAY on accepted
     connections (without it, keep-alive responses wait ~40 ms for delayed ACKs)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
@@ -103,6 +135,7 @@ def run_sandbox_in_thread(
     if config is None:
         options.setdefault("port", 0)
         config = SandboxConfig(**options)  # type: ignore[arg-type]
+    check_exposure(config)
     sandbox = Sandbox(config)
     gov_port = (
         config.gov_port if config.gov_port is not None else (config.port + 1 if config.port else 0)
@@ -123,10 +156,10 @@ def run_sandbox_in_thread(
 
     thread = threading.Thread(target=run, name="compliance-sandbox", daemon=True)
     thread.start()
-    url = f"http://{config.host}:{ports['commercial']}"
-    gov_url = f"http://{config.host}:{ports['gov']}"
-    control = SandboxControl(url)
-    gov_control = SandboxControl(gov_url)
+    url = _url(config.host, ports["commercial"])
+    gov_url = _url(config.host, ports["gov"])
+    control = SandboxControl(url, control_token=config.control_token)
+    gov_control = SandboxControl(gov_url, control_token=config.control_token)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
         while not all(server.started for server in servers.values()):
@@ -148,6 +181,7 @@ def run_sandbox_in_thread(
 
 def serve_forever(config: SandboxConfig, *, log_level: str = "info") -> None:
     """The CLI: serve until Ctrl-C."""
+    check_exposure(config)
     sandbox = Sandbox(config)
     gov_port = config.gov_port if config.gov_port is not None else config.port + 1
     sockets = {
@@ -155,8 +189,9 @@ def serve_forever(config: SandboxConfig, *, log_level: str = "info") -> None:
         "gov": bind_socket(config.host, gov_port),
     }
     print(  # noqa: T201 - the CLI's one line of output
-        f"compliance-sandbox: commercial http://{config.host}:{config.port}  "
-        f"gov http://{config.host}:{gov_port}  (seed {config.seed}, scale {config.scale})",
+        f"compliance-sandbox: commercial {_url(config.host, config.port)}  "
+        f"gov {_url(config.host, gov_port)}  (seed {config.seed}, scale {config.scale})"
+        + ("  control API: bearer token required" if config.control_token else ""),
         flush=True,
     )
     servers = build_servers(sandbox, list(sockets), log_level=log_level, in_main_thread=True)

@@ -37,6 +37,8 @@ class SandboxConfig:
     token_rate_limit: int = 5
     apps_file: str | Path | None = None
     apps: list[Application] | None = field(default=None, repr=False)
+    #: bearer token the ``/_sandbox/`` control API requires (None: no auth, loopback only)
+    control_token: str | None = field(default=None, repr=False)
 
     def initial_faults(self) -> list[FaultRule]:
         if not (self.latency_ms or self.jitter_ms or self.error_rate):
