@@ -9,6 +9,10 @@ port and database, as an operator's restart would.
 With Redis, one server can be split as Prefect's scaling guide does: API replicas
 (``role="api"``: ``prefect server start --no-services``) and one process running the
 background services (``role="services"``: ``prefect server services start``).
+
+With ``auth_string`` the server process gets ``PREFECT_SERVER_API_AUTH_STRING`` (every role:
+the services process talks to the API as well) and answers 401 to any client without it
+(``deployments/auth.py``). A server on an address beyond loopback refuses to start without one.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Literal
 
 import httpx
 
+from deployments.auth import CLIENT_AUTH_ENV, SERVER_AUTH_ENV, check_exposure, url_host
 from deployments.database import prepare_database
 from deployments.processes import ChildProcess, wait_until
 from deployments.server_settings import apply_server_settings, redis_settings
@@ -45,6 +50,12 @@ class PrefectServerOptions:
     redis_url: str | None = None
     #: ``all``: API and services in one process; ``api``: API only; ``services``: services only
     role: Literal["all", "api", "services"] = "all"
+    #: the address the API (and UI) listens on; beyond loopback only with an auth string
+    host: str = HOST
+    #: USER:PASSWORD: Prefect's basic auth (PREFECT_SERVER_API_AUTH_STRING); None: none
+    auth_string: str | None = field(default=None, repr=False)
+    #: the API address clients and the UI use when it is not this server's own (a TLS proxy)
+    public_api_url: str | None = None
 
 
 class PrefectServer:
@@ -62,11 +73,18 @@ class PrefectServer:
 
     @property
     def api_url(self) -> str:
-        return f"http://{HOST}:{self.options.port}/api"
+        return f"{self.ui_url}/api"
 
     @property
     def ui_url(self) -> str:
-        return f"http://{HOST}:{self.options.port}"
+        return f"http://{url_host(self.options.host)}:{self.options.port}"
+
+    def client_env(self) -> dict[str, str]:
+        """What a Prefect client needs to talk to this server (the auth string included)."""
+        env = {"PREFECT_API_URL": self.api_url}
+        if self.options.auth_string:
+            env[CLIENT_AUTH_ENV] = self.options.auth_string
+        return env
 
     @property
     def backend(self) -> str:
@@ -83,10 +101,15 @@ class PrefectServer:
         env["PREFECT_HOME"] = str(self.options.home)
         env["PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED"] = "true"
         env["PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED"] = "true"
-        env["PREFECT_UI_API_URL"] = self.api_url
+        public_api = self.options.public_api_url or self.api_url
+        env["PREFECT_UI_API_URL"] = public_api
         # links in notifications (`ui_url` in automation templates) are built from this; without
         # PREFECT_API_URL in the server's environment Prefect cannot infer it
-        env.setdefault("PREFECT_UI_URL", self.ui_url)
+        env.setdefault("PREFECT_UI_URL", public_api.removesuffix("/api"))
+        if self.options.auth_string:
+            # the server checks it; as a client of its own API (the services) it sends it
+            env[SERVER_AUTH_ENV] = self.options.auth_string
+            env[CLIENT_AUTH_ENV] = self.options.auth_string
         env.pop(DATABASE_URL_ENV, None)
         if self.options.database_url:
             env[DATABASE_URL_ENV] = self.options.database_url
@@ -97,7 +120,12 @@ class PrefectServer:
         return env
 
     def launch(self) -> ChildProcess:
-        """Start the process without waiting (``wait_ready`` waits); returns it."""
+        """Start the process without waiting (``wait_ready`` waits); returns it.
+
+        Refuses (``AuthError``) to listen beyond loopback without an auth string."""
+        env = self.env()
+        if self.options.role != "services":
+            check_exposure(self.options.host, env.get(SERVER_AUTH_ENV))
         self.options.home.mkdir(parents=True, exist_ok=True)
         log = self.options.log_path
         self._log_offset = log.stat().st_size if log is not None and log.exists() else 0
@@ -105,13 +133,13 @@ class PrefectServer:
         if self.options.role == "services":
             command += ["services", "start"]
         else:
-            command += ["start", "--host", HOST, "--port", str(self.options.port)]
+            command += ["start", "--host", self.options.host, "--port", str(self.options.port)]
             command += ["--ui" if self.options.ui else "--no-ui", "--analytics-off"]
             command += ["--no-services"] if self.options.role == "api" else []
         self.child = ChildProcess(
             self.name,
             command,
-            env=self.env(),
+            env=env,
             cwd=Path.cwd(),
             log_path=self.options.log_path,
         )

@@ -6,6 +6,10 @@ bootstrap and ``prefect deploy --all``, starts one worker (or ``--workers N``, e
 a machine of its own), prints where everything is, and on Ctrl-C (or SIGTERM) stops all of it,
 flow runs included. ``--no-sandbox`` runs against the service your COMPLIANCE_* variables
 describe instead (see docs/operators.md).
+
+The Prefect API always requires Prefect's basic auth: the banner says where the auth string is
+(``cat`` the file into the UI's login), never the string itself. ``--host`` is where the
+Prefect API/UI and the sandbox listen (default 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from types import FrameType
 
 import httpx
 
+from deployments.auth import SERVER_AUTH_ENV, AuthError, is_loopback, redact
 from deployments.database import DatabaseError, redact_text
 from deployments.resources import WORK_POOL_NAME
 from deployments.stack import (
     DEFAULT_PREFECT_PORT,
     DEFAULT_SANDBOX_PORT,
     DEFAULT_STATE_DIR,
+    HOST,
     LocalStack,
     StackOptions,
 )
@@ -44,6 +50,13 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         description="Sandbox + Prefect server + deployments + worker, until Ctrl-C.",
     )
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument(
+        "--host",
+        default=HOST,
+        help="address the Prefect API/UI and the sandbox listen on and every printed URL "
+        f"names (default {HOST}). Prefect's basic auth is always on: the auth string is "
+        f"{SERVER_AUTH_ENV} if set, else generated into the state dir",
+    )
     parser.add_argument("--prefect-port", type=int, default=DEFAULT_PREFECT_PORT)
     parser.add_argument("--sandbox-port", type=int, default=DEFAULT_SANDBOX_PORT)
     parser.add_argument(
@@ -92,6 +105,7 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
             workers=args.workers,
             redis_url=args.redis_url,
             api_replicas=args.api_replicas,
+            host=args.host,
         )
     except (ValueError, DatabaseError) as error:
         parser.error(str(error))
@@ -111,16 +125,26 @@ def deployment_count(stack: LocalStack, work_pool: str = WORK_POOL_NAME) -> int 
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
+def auth_hint(stack: LocalStack) -> tuple[str, str]:
+    """Where the auth string is, and the shell words that read it (never the string)."""
+    if stack.auth_from_environment:
+        return f"your {SERVER_AUTH_ENV}", f'"${SERVER_AUTH_ENV}"'
+    return f"cat {stack.auth_file}", f'"$(cat {stack.auth_file})"'
+
+
 def banner(stack: LocalStack, seconds: float) -> str:
+    """What ``make serve`` prints once the stack is up: addresses and where the secrets are,
+    never a secret."""
     count = deployment_count(stack)
     deployments = "?" if count is None else str(count)
+    where, read_it = auth_hint(stack)
     lines = [
         "",
         f"compliance-flows is up ({seconds:.0f}s: "
         + ", ".join(f"{name} {took:.0f}s" for name, took in stack.timings.items())
         + ")",
-        f"  Prefect UI:    {stack.ui_url}",
-        f"  Prefect API:   {stack.api_url}",
+        f"  Prefect UI:    {stack.ui_url}  (log in with the auth string: {where})",
+        f"  Prefect API:   {stack.api_url}  (basic auth, PREFECT_API_AUTH_STRING)",
         f"  Database:      {stack.database_label}",
     ]
     if stack.options.redis_url:
@@ -140,13 +164,25 @@ def banner(stack: LocalStack, seconds: float) -> str:
         "",
         "  Use the CLI against this server:",
         f"    export PREFECT_API_URL={stack.api_url}",
+        f"    export PREFECT_API_AUTH_STRING={read_it}",
         "    prefect deployment ls",
     ]
     if stack.options.use_sandbox:
+        token = ""
+        if stack.sandbox_control_token is not None:
+            token = f'-H "Authorization: Bearer $(cat {stack.sandbox_token_file})" '
         lines += [
             "  Make the sandbox discover a vendor (the bridge picks it up within 3 minutes):",
-            f"    curl -s -X POST {stack.sandbox_url}/_sandbox/events "
+            f"    curl -s -X POST {stack.sandbox_url}/_sandbox/events {token}"
             "-H 'content-type: application/json' -d '{\"kind\": \"vendor_discovered\"}'",
+        ]
+    if not is_loopback(stack.host):
+        lines += [
+            "",
+            f"  Warning: plain HTTP on {stack.host}: the auth string crosses the network "
+            "unencrypted.",
+            "  Put the TLS proxy in front of it for anything but a private test network "
+            "(docs/scaling.md, Security).",
         ]
     lines += ["", "Press Ctrl-C to stop everything.", ""]
     return "\n".join(lines)
@@ -159,9 +195,10 @@ def serve(options: StackOptions) -> int:
     print(f"Starting the local stack in {stack.state_dir} ...", flush=True)
     try:
         stack.start()
+        hidden = stack.secret_values()
         for line in stack.bootstrap_output.splitlines():
-            print(f"  bootstrap: {line}", flush=True)
-        print(banner(stack, time.monotonic() - started), flush=True)
+            print(f"  bootstrap: {redact(line, hidden)}", flush=True)
+        print(redact(banner(stack, time.monotonic() - started), hidden), flush=True)
         while True:
             failed = stack.failed_children()
             if failed:
@@ -171,8 +208,9 @@ def serve(options: StackOptions) -> int:
     except (KeyboardInterrupt, Stop):
         print("\nStopping the workers, the Prefect processes and the sandbox ...", flush=True)
         return 0
-    except (RuntimeError, TimeoutError, DatabaseError) as error:
-        print(f"Could not start the stack: {error}", file=sys.stderr, flush=True)
+    except (RuntimeError, TimeoutError, DatabaseError, AuthError) as error:
+        message = redact(str(error), stack.secret_values())
+        print(f"Could not start the stack: {message}", file=sys.stderr, flush=True)
         return 1
     finally:
         # a second Ctrl-C must not interrupt the cleanup and leave orphans behind

@@ -16,11 +16,21 @@ plus one process running the services, and the workers are spread over the repli
 
 Secrets reach flow runs only through the worker's environment, which the process worker hands
 to every flow run it starts; nothing secret is written to the Prefect database.
+
+No anonymous access: the Prefect API always requires Prefect's basic auth. The auth string is
+``PREFECT_SERVER_API_AUTH_STRING`` from the environment if the operator set one, otherwise one
+generated once into ``prefect-api-auth`` (0600) in the state directory; every server process
+gets it as ``PREFECT_SERVER_API_AUTH_STRING``, every client (bootstrap, deploy, the workers and
+so their flow runs, this module's own HTTP helpers) as ``PREFECT_API_AUTH_STRING``. It is never
+printed. ``host`` (default 127.0.0.1) is where the Prefect API/UI and the sandbox listen and
+what every URL the stack hands out names; beyond loopback the sandbox's control API requires a
+bearer token too (``sandbox-control-token``, 0600, in the state directory).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
 import time
@@ -29,18 +39,31 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 import httpx
 from cryptography.fernet import Fernet
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from deployments.auth import (
+    AUTH_FILE_NAME,
+    CLIENT_AUTH_ENV,
+    SERVER_AUTH_ENV,
+    basic_auth,
+    check_auth_string,
+    check_exposure,
+    generate_auth_string,
+    is_loopback,
+    secret_file,
+    url_host,
+)
 from deployments.automations import BLOCK_ENV, GRACE_ENV, WEBHOOK_ENV
 from deployments.database import parse_database_url, redact_text, redacted
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
+from sandbox.control import SandboxControl
 
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
 DEFAULT_PREFECT_PORT = 4200
@@ -52,6 +75,9 @@ DEMO_CLIENT_ID = "demo-manage"
 DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"  # noqa: S105 - the sandbox's public demo app
 
 KEY_FILE_NAME = "token-encryption.key"
+#: the sandbox's control-API token, used only when the sandbox listens beyond loopback
+SANDBOX_TOKEN_FILE_NAME = "sandbox-control-token"  # noqa: S105 - a file name
+SANDBOX_TOKEN_ENV = "SANDBOX_CONTROL_TOKEN"  # noqa: S105 - the variable's name, not a token
 WORKER_NAME = "local-worker"
 
 #: API calls of workers and flow runs that the server answers 429/502/503 (a busy server) are
@@ -60,9 +86,13 @@ WORKER_NAME = "local-worker"
 CLIENT_RETRY_ENV = {"PREFECT_CLIENT_MAX_RETRIES": "10"}
 
 
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def port_is_free(port: int, host: str = HOST) -> bool:
     """Free to listen on (servers set SO_REUSEADDR too, so TIME_WAIT does not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
@@ -72,16 +102,16 @@ def port_is_free(port: int, host: str = HOST) -> bool:
 
 
 def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
 
 
-def preferred_port(port: int | None) -> int:
+def preferred_port(port: int | None, host: str = HOST) -> int:
     """``port`` if it is free, otherwise any free port (``None``: any free port)."""
-    if port is not None and port_is_free(port):
+    if port is not None and port_is_free(port, host):
         return port
-    return free_port()
+    return free_port(host)
 
 
 def _busy(error: BaseException) -> bool:
@@ -96,16 +126,17 @@ def _busy(error: BaseException) -> bool:
 
 def encryption_key(state_dir: Path) -> str:
     """The Fernet key that encrypts stored tokens: created once, in a file only we can read."""
-    path = state_dir / KEY_FILE_NAME
-    state_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        os.chmod(path, 0o600)
-        return path.read_text().strip()
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(Fernet.generate_key().decode())
-    return path.read_text().strip()
+    return secret_file(state_dir / KEY_FILE_NAME, lambda: Fernet.generate_key().decode())
+
+
+def auth_string_file(state_dir: Path) -> str:
+    """The stack's Prefect auth string (``admin:<random>``): created once, in a 0600 file."""
+    return secret_file(state_dir / AUTH_FILE_NAME, generate_auth_string)
+
+
+def _auth_string_from_environment() -> str | None:
+    """An operator's own PREFECT_SERVER_API_AUTH_STRING (checked in ``__post_init__``)."""
+    return os.environ.get(SERVER_AUTH_ENV)
 
 
 @dataclass
@@ -137,10 +168,19 @@ class StackOptions:
     redis_url: str | None = None
     #: API servers (more than one: PostgreSQL and Redis required, and a services process)
     api_replicas: int = 1
+    #: where the Prefect API/UI and the sandbox listen; every URL the stack hands out names it
+    host: str = HOST
+    #: Prefect's basic auth, USER:PASSWORD. Default: PREFECT_SERVER_API_AUTH_STRING from the
+    #: environment if set, otherwise the string generated once into the state directory
+    auth_string: str | None = field(default_factory=_auth_string_from_environment, repr=False)
 
     def __post_init__(self) -> None:
         _check_count("workers", self.workers, 16)
         _check_count("api_replicas", self.api_replicas, 8)
+        if not self.host.strip():
+            raise ValueError("host: must name an address, e.g. 127.0.0.1")
+        if self.auth_string is not None:
+            check_auth_string(self.auth_string, SERVER_AUTH_ENV)
         if self.database_url is not None:
             parse_database_url(self.database_url)  # a clear error before anything starts
         if self.redis_url is not None and urlsplit(self.redis_url).scheme not in REDIS_SCHEMES:
@@ -181,14 +221,65 @@ class LocalStack:
         self.deploy_output = ""
         self.bootstrap_output = ""
 
+    # ----------------------------------------------------------------------------- secrets
+    @property
+    def auth_file(self) -> Path:
+        """Where the generated auth string is kept (0600; ``cat`` it into the UI's login)."""
+        return self.state_dir / AUTH_FILE_NAME
+
+    @property
+    def auth_from_environment(self) -> bool:
+        """The operator supplied the auth string (PREFECT_SERVER_API_AUTH_STRING)."""
+        return self.options.auth_string is not None
+
+    @property
+    def auth_string(self) -> str:
+        """Prefect's basic-auth string for this stack (a secret: never print it)."""
+        return self.options.auth_string or auth_string_file(self.state_dir)
+
+    @property
+    def http_auth(self) -> httpx.BasicAuth:
+        """``auth=`` for an httpx client of this stack's Prefect API."""
+        return basic_auth(self.auth_string)
+
+    @property
+    def sandbox_token_file(self) -> Path:
+        return self.state_dir / SANDBOX_TOKEN_FILE_NAME
+
+    @property
+    def sandbox_control_token(self) -> str | None:
+        """The bearer token of the sandbox's ``/_sandbox/`` API: only beyond loopback."""
+        if is_loopback(self.options.host):
+            return None
+        return secret_file(self.sandbox_token_file, lambda: secrets.token_urlsafe(32))
+
+    def sandbox_control(self, timeout: float = 30.0) -> SandboxControl:
+        """A client of the sandbox's control API (with its token when it needs one)."""
+        return SandboxControl(
+            self.sandbox_url, timeout=timeout, control_token=self.sandbox_control_token
+        )
+
+    def secret_values(self) -> list[str]:
+        """Every secret value of this stack, for redaction and secret scans."""
+        values = [self.auth_string, encryption_key(self.state_dir)]
+        values += [self.sandbox_control_token or ""]
+        for url in (self.options.database_url, self.options.redis_url):
+            password = urlsplit(url).password if url else None
+            values.append(password or "")
+        return [value for value in values if value]
+
     # ----------------------------------------------------------------------------- addresses
     @property
     def server(self) -> PrefectServer | None:
         return self.replicas[0] if self.replicas else None
 
     @property
+    def host(self) -> str:
+        return self.options.host
+
+    @property
     def api_url(self) -> str:
-        return f"http://{HOST}:{self.prefect_port}/api"
+        return f"{self.ui_url}/api"
 
     def replica_of(self, worker: str) -> PrefectServer:
         """The API server a worker (and its flow runs) talks to: spread round-robin."""
@@ -197,15 +288,15 @@ class LocalStack:
 
     @property
     def ui_url(self) -> str:
-        return f"http://{HOST}:{self.prefect_port}"
+        return f"http://{url_host(self.host)}:{self.prefect_port}"
 
     @property
     def sandbox_url(self) -> str:
-        return f"http://{HOST}:{self.sandbox_port}"
+        return f"http://{url_host(self.host)}:{self.sandbox_port}"
 
     @property
     def sandbox_gov_url(self) -> str:
-        return f"http://{HOST}:{self.sandbox_gov_port}"
+        return f"http://{url_host(self.host)}:{self.sandbox_gov_port}"
 
     @property
     def database_path(self) -> Path:
@@ -224,24 +315,43 @@ class LocalStack:
         return [f"{WORKER_NAME}-{index}" for index in range(1, self.options.workers + 1)]
 
     # ----------------------------------------------------------------------------- environments
-    def prefect_env(self) -> dict[str, str]:
-        """Every child talks to this stack's Prefect server, never to a profile's."""
+    def base_env(self) -> dict[str, str]:
+        """This process's environment without any PREFECT_* or COMPLIANCE_* variable (and
+        without the sandbox's token), so no child inherits a profile's server or a secret it
+        was not meant to have."""
         env = {
             name: value
             for name, value in os.environ.items()
-            if not name.startswith("PREFECT_") and not name.startswith("COMPLIANCE_")
+            if not name.startswith(("PREFECT_", "COMPLIANCE_")) and name != SANDBOX_TOKEN_ENV
         }
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def client_env(self, api_url: str | None = None) -> dict[str, str]:
+        """What a Prefect client needs for this stack: its API URL and the auth string."""
+        return {"PREFECT_API_URL": api_url or self.api_url, CLIENT_AUTH_ENV: self.auth_string}
+
+    def client_settings(self) -> dict[Any, Any]:
+        """``client_env`` as ``prefect.settings.temporary_settings`` takes it, for a Prefect
+        client in this process: ``with temporary_settings(stack.client_settings()): ...``."""
+        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
+
+        return {PREFECT_API_URL: self.api_url, PREFECT_API_AUTH_STRING: self.auth_string}
+
+    def prefect_env(self) -> dict[str, str]:
+        """Every child talks to this stack's Prefect server, never to a profile's, with the
+        stack's auth string (PREFECT_API_AUTH_STRING)."""
+        env = self.base_env()
         env.update(
             {
                 "PREFECT_HOME": str(self.state_dir / "prefect"),
-                "PREFECT_API_URL": self.api_url,
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                 "PREFECT_CLI_PROMPT": "false",
                 "PREFECT_LOGGING_LEVEL": os.environ.get("PREFECT_LOGGING_LEVEL", "INFO"),
                 "COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance"),
-                "PYTHONUNBUFFERED": "1",
             }
         )
+        env.update(self.client_env())
         return env
 
     def service_env(self) -> dict[str, str]:
@@ -265,7 +375,7 @@ class LocalStack:
         env = self.prefect_env() | self.service_env() | CLIENT_RETRY_ENV
         env["PREFECT_WORKER_QUERY_SECONDS"] = f"{self.options.worker_poll_seconds:g}"
         if self.replicas:
-            env["PREFECT_API_URL"] = self.replica_of(name).api_url
+            env.update(self.client_env(self.replica_of(name).api_url))
         if self.options.workers > 1:
             machine = self.state_dir / "workers" / name
             env["PREFECT_HOME"] = str(machine / "prefect")
@@ -284,6 +394,7 @@ class LocalStack:
         """
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
+            check_exposure(self.host, self.auth_string)
             self._timed("sandbox + prefect server", self.start_servers)
             self._timed("bootstrap", self.bootstrap)
             workers = [self.launch_worker(name) for name in self.worker_names()]
@@ -332,16 +443,21 @@ class LocalStack:
     def launch_sandbox(self) -> Callable[[], None]:
         if not self.options.use_sandbox:
             return lambda: None
-        self.sandbox_port = preferred_port(self.options.sandbox_port)
+        self.sandbox_port = preferred_port(self.options.sandbox_port, self.host)
         gov = self.sandbox_port + 1
-        self.sandbox_gov_port = gov if port_is_free(gov) else free_port()
+        self.sandbox_gov_port = gov if port_is_free(gov, self.host) else free_port(self.host)
+        env = self.base_env()  # no Prefect setting and no auth string: it is not a client
+        token = self.sandbox_control_token
+        if token is not None:  # beyond loopback; in the environment, never on a command line
+            env[SANDBOX_TOKEN_ENV] = token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         child = ChildProcess(
             "sandbox",
             self._python(
                 "-m",
                 "sandbox",
                 "--host",
-                HOST,
+                self.host,
                 "--port",
                 str(self.sandbox_port),
                 "--gov-port",
@@ -349,14 +465,14 @@ class LocalStack:
                 "--log-level",
                 "warning",
             ),
-            env=self.prefect_env(),
+            env=env,
             cwd=PROJECT_DIR,
             log_path=self.logs_dir / "sandbox.log",
         )
         self.children.append(child)
         return lambda: wait_until(
             "the sandbox",
-            lambda: _http_ok(f"{self.sandbox_url}/_sandbox/health"),
+            lambda: _http_ok(f"{self.sandbox_url}/_sandbox/health", headers),
             timeout=self.options.startup_timeout,
             watch=[child],
         )
@@ -374,6 +490,8 @@ class LocalStack:
                 startup_timeout=self.options.startup_timeout,
                 redis_url=self.options.redis_url,
                 role=role,
+                host=self.host,
+                auth_string=self.auth_string,
             ),
             base_env=self.prefect_env(),
         )
@@ -381,7 +499,7 @@ class LocalStack:
     def launch_prefect_server(self) -> Callable[[], None]:
         """The first API server; with replicas, the others and the services process start once
         it has migrated the database."""
-        self.prefect_port = preferred_port(self.options.prefect_port)
+        self.prefect_port = preferred_port(self.options.prefect_port, self.host)
         split = self.options.api_replicas > 1
         first = self._prefect_server(
             self.prefect_port, "api" if split else "all", "prefect-server.log"
@@ -397,7 +515,7 @@ class LocalStack:
         self.services.options.env = {"PREFECT_UI_URL": self.replicas[0].ui_url}
         for number in range(2, self.options.api_replicas + 1):
             log = f"prefect-server-{number}.log"
-            self.replicas.append(self._prefect_server(free_port(), "api", log))
+            self.replicas.append(self._prefect_server(free_port(self.host), "api", log))
         for server in [self.services, *self.replicas[1:]]:
             self.children.append(server.launch())
         for server in [self.services, *self.replicas[1:]]:
@@ -498,8 +616,9 @@ class LocalStack:
 
     # ----------------------------------------------------------------------------- API helpers
     def api(self) -> httpx.Client:
-        """A plain HTTP client of the Prefect API (use ``request`` for calls that must land)."""
-        return httpx.Client(base_url=self.api_url, timeout=30.0)
+        """A plain HTTP client of the Prefect API with the stack's basic auth (use ``request``
+        for calls that must land)."""
+        return httpx.Client(base_url=self.api_url, timeout=30.0, auth=self.http_auth)
 
     @retry(
         retry=retry_if_exception(_busy),
@@ -537,8 +656,8 @@ class LocalStack:
         return [child for child in self.children if not child.alive()]
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, headers: Mapping[str, str] | None = None) -> bool:
     try:
-        return httpx.get(url, timeout=2.0).status_code == 200
+        return httpx.get(url, timeout=2.0, headers=headers).status_code == 200
     except httpx.HTTPError:
         return False
