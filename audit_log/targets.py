@@ -27,17 +27,20 @@ from runtime.attempts import abort_if_lost
 from runtime.connection import compliance_client
 from tasks.event_logs import load_log_checkpoint, save_log_checkpoint
 from write_engine.inputs import ItemT, ParsedItems, split_identifiers
-from write_engine.outcomes import RunSummary
+from write_engine.outcomes import ItemResult, Outcome, RunSummary
 from write_engine.run import WriteJob, run_write_job, unusable_id
 
 
 @dataclass(frozen=True)
 class AuditLogSource:
-    """Where a write flow finds its work: entries with ``action`` about a ``target_type``."""
+    """Where a write flow finds its work: entries with ``action`` about a ``target_type``;
+    entries with ``done_action`` about the same target say the work is done already."""
 
     action: str
     target_type: str
     checkpoint_variable: str
+    #: e.g. ``VENDOR_ADDED_TO_MANAGED``: a target logged with it after the checkpoint is skipped
+    done_action: str | None = None
 
 
 @dataclass
@@ -50,6 +53,8 @@ class NewTargets:
     #: the checkpoint after the last page read
     checkpoint: EventLogCheckpoint
     ids: list[str] = field(default_factory=list)
+    #: targets the log shows done since the checkpoint (by another run, or a lost attempt)
+    done: set[str] = field(default_factory=set)
     entries_read: int = 0
 
 
@@ -73,6 +78,10 @@ async def read_new_targets(source: AuditLogSource, *, page_size: int = 100) -> N
             found.entries_read += len(page.new_entries)
             found.checkpoint = page.checkpoint
             for entry in page.new_entries:
+                if entry.action == source.done_action:
+                    found.done.update(
+                        target.id for target in entry.targets if target.type == source.target_type
+                    )
                 if entry.action != source.action:
                     continue
                 for target in entry.targets:
@@ -100,6 +109,14 @@ async def commit(found: NewTargets) -> None:
             )
 
 
+def _logged_done(target_id: str, source: AuditLogSource) -> ItemResult:
+    return ItemResult(
+        item=target_id,
+        outcome=Outcome.SKIPPED,
+        reason=f"done already: the audit log shows {source.done_action}",
+    )
+
+
 async def run_on_new_targets(
     job: WriteJob[ItemT],
     source: AuditLogSource,
@@ -114,13 +131,23 @@ async def run_on_new_targets(
     stop every later run at the same checkpoint. A dry run leaves the checkpoint alone.
     """
     found = await read_new_targets(source)
-    ids, unusable = split_identifiers(found.ids)
+    ids, unusable = split_identifiers([i for i in found.ids if i not in found.done])
+    done = [i for i in found.ids if i in found.done]
+    if done:
+        get_run_logger().info(
+            "%d of them are done already (the log shows %s): not sent",
+            len(done),
+            source.done_action,
+        )
     outcome = await run_write_job(
         job,
         parse(ids),
         dry_run=dry_run,
         concurrency=concurrency,
-        carried=[unusable_id(value) for value in unusable],
+        carried=[
+            *(unusable_id(value) for value in unusable),
+            *(_logged_done(i, source) for i in done),
+        ],
     )
     if not dry_run:
         await commit(found)

@@ -41,15 +41,15 @@ from write_engine.outcomes import ItemResult, Outcome, RunSummary
 from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, failure, run_write_job
 
 FLOW_KEY = "promote-discovered-vendors"
-#: where ``from_audit_log`` finds its vendors
+#: the audit entry of a vendor newly added to the managed vendors (its target: the discovered one)
+ADDED_TO_MANAGED = "VENDOR_ADDED_TO_MANAGED"
+#: where ``from_audit_log`` finds its vendors, and which of them are managed already
 NEWLY_DISCOVERED = AuditLogSource(
     action="VENDOR_DISCOVERED",
     target_type="DiscoveredVendor",
     checkpoint_variable=PROMOTE_CHECKPOINT_VARIABLE,
+    done_action=ADDED_TO_MANAGED,
 )
-
-#: the audit entry of a vendor newly added to the managed vendors (its target: the discovered one)
-ADDED_TO_MANAGED = "VENDOR_ADDED_TO_MANAGED"
 
 
 class DiscoveredVendorInput(ItemInput):

@@ -182,9 +182,10 @@ async def run_write_job(
     Returns the summary when every item succeeded (or was skipped/planned), otherwise a Failed
     state whose data is :class:`ItemsFailed` carrying the same summary.
 
-    ``carried`` are earlier failures this run reports again without sending them (an automatic
-    rerun leaves refusals to a person): they keep the run red and stay in its failed-items
-    record, so the last run of a chain always lists everything still to do.
+    ``carried`` are rows this run reports without sending them: earlier failures (an automatic
+    rerun leaves refusals to a person), which keep the run red and stay in its failed-items
+    record, so the last run of a chain always lists everything still to do; or items found
+    done already (skipped).
 
     A run that is no longer this process's (``runtime/attempts.py``) ends with Prefect's
     ``Abort``: nothing published, no state proposed.

@@ -65,6 +65,23 @@ async def test_one_run_promotes_every_vendor_discovered_since_its_checkpoint_onc
     assert managed(flows_env) == dict.fromkeys(vendors + later, 1)
 
 
+async def test_vendors_the_log_shows_managed_since_the_checkpoint_are_not_sent_again(
+    flows_env: SandboxHandle,
+) -> None:
+    """A run that another run (or a lost attempt of its own) overtook sends nothing twice."""
+    vendors = discover(flows_env, 4)
+    # another run promoted two of them after the discovery, before this run reads the log
+    await run_flow(promote_discovered_vendors, discovered_vendor_ids=vendors[:2])
+    state, summary = await run_flow(promote_discovered_vendors, from_audit_log=True)
+    assert state.is_completed(), state.message
+    assert summary.counts == {Outcome.SKIPPED: 2, Outcome.SUCCEEDED: 2}
+    rows, _ = await results_table(run_id(state))
+    skipped = {row["item"]: row["reason"] for row in rows if row["outcome"] == "skipped"}
+    assert set(skipped) == set(vendors[:2])
+    assert all("VENDOR_ADDED_TO_MANAGED" in reason for reason in skipped.values())
+    assert managed(flows_env) == dict.fromkeys(vendors, 1)
+
+
 async def test_ids_given_by_hand_join_the_vendors_from_the_log(
     flows_env: SandboxHandle, seed: dict[str, Any]
 ) -> None:
