@@ -107,7 +107,9 @@ class Api:
 
         self.stack = stack
         self._ids: dict[str, str] = {}
-        self._http = httpx.Client(base_url=stack.api_url, timeout=READ_TIMEOUT_SECONDS)
+        self._http = httpx.Client(
+            base_url=stack.api_url, timeout=READ_TIMEOUT_SECONDS, auth=stack.http_auth
+        )
         self.read_timeouts = 0
         self.read_503s = 0
         self.slowest_read_seconds = 0.0

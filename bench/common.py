@@ -299,10 +299,14 @@ def running_prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
 
     Both backends run the same server (``deployments.prefect_server.PrefectServer``, every
     service, the project's server settings, the stack's ``make serve`` server): the database is
-    the only difference. The children talk to it over HTTP, as to any server.
+    the only difference. The children talk to it over HTTP, as to any server. Like every server
+    the project starts it requires Prefect's basic auth: a string generated for this server is
+    this process's PREFECT_API_AUTH_STRING while the block runs (``prefect_client_env`` hands
+    both to children).
     """
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
+    from deployments.auth import generate_auth_string
     from deployments.prefect_server import PrefectServer, PrefectServerOptions
 
     home = Path(tempfile.mkdtemp(prefix=f"compliance-bench-prefect-{backend}-"))
@@ -314,12 +318,17 @@ def running_prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
                 database_url=database_url,
                 log_path=home / "server.log",
                 startup_timeout=180,
+                auth_string=generate_auth_string(),
             ),
             base_env=server_base_env(),
         )
         server.start()
         try:
-            with temporary_settings({PREFECT_API_URL: server.api_url}):
+            settings = {
+                PREFECT_API_URL: server.api_url,
+                PREFECT_API_AUTH_STRING: server.options.auth_string,
+            }
+            with temporary_settings(settings):
                 yield server
         finally:
             server.stop()
@@ -330,6 +339,28 @@ def prefect_server(backend: str = "sqlite") -> Iterator[str]:
     """:func:`running_prefect_server`, yielding its PREFECT_API_URL."""
     with running_prefect_server(backend) as server:
         yield server.api_url
+
+
+def prefect_client_env() -> dict[str, str]:
+    """PREFECT_API_URL and PREFECT_API_AUTH_STRING of the server this process talks to, for
+    the environment of a child (empty without a configured server)."""
+    from prefect.settings import get_current_settings
+
+    api = get_current_settings().api
+    env: dict[str, str] = {}
+    if api.url:
+        env["PREFECT_API_URL"] = str(api.url)
+    if api.auth_string is not None:
+        env["PREFECT_API_AUTH_STRING"] = api.auth_string.get_secret_value()
+    return env
+
+
+def prefect_http_auth() -> httpx.BasicAuth | None:
+    """Basic auth for a raw httpx call to the server this process talks to."""
+    from deployments.auth import basic_auth
+
+    auth_string = prefect_client_env().get("PREFECT_API_AUTH_STRING")
+    return basic_auth(auth_string) if auth_string else None
 
 
 def database_name(database_url: str | None) -> str | None:
@@ -355,7 +386,8 @@ def wait_for_prefect_idle(
     started = time.monotonic()
     last: int | None = None
     stable_since = started
-    with httpx.Client(base_url=api_url.rstrip("/") + "/", timeout=30) as client:
+    base_url = api_url.rstrip("/") + "/"
+    with httpx.Client(base_url=base_url, timeout=30, auth=prefect_http_auth()) as client:
         while time.monotonic() - started < limit:
             count = int(client.post("task_runs/count", json={}).json())
             now = time.monotonic()
@@ -389,6 +421,7 @@ def child_env(sandbox_url: str, api_url: str | None, state_dir: str) -> dict[str
     )
     use_bytecode_cache(env)
     if api_url:
+        env.update(prefect_client_env())  # the auth string of the server this process uses
         env["PREFECT_API_URL"] = api_url
     return env
 

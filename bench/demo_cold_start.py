@@ -120,8 +120,13 @@ def phases_child() -> None:
 
 # --------------------------------------------------------------------------- orchestrator
 def _env() -> dict[str, str]:
+    from deployments.auth import generate_auth_string
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPLIANCE_", "PREFECT_"))}
+    auth_string = generate_auth_string()  # as make demo's server: basic auth on
     env.update(
+        PREFECT_SERVER_API_AUTH_STRING=auth_string,
+        PREFECT_API_AUTH_STRING=auth_string,
         PREFECT_HOME=tempfile.mkdtemp(prefix="bench-demo-"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_CLI_PROMPT="false",

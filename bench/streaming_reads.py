@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import prefect_server, sandbox_process
+from bench.common import prefect_client_env, prefect_server, sandbox_process
 
 CLIENT_ID = "demo-manage"
 CLIENT_SECRET = "demo-manage-secret-not-real"
@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
         env["PREFECT_API_URL"] = stack.enter_context(prefect_server())
+        env.update(prefect_client_env())  # and the server's auth string
 
         async def limit() -> None:
             async with get_client() as client:

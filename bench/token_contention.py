@@ -350,12 +350,10 @@ def _times(name: str, seconds: list[float]) -> dict[str, float | None]:
 
 
 def child_env(sandbox_url: str, state_dir: str, fernet_key: str) -> dict[str, str]:
-    from prefect.settings import get_current_settings
+    from bench.common import prefect_client_env
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPLIANCE_")}
-    api_url = get_current_settings().api.url
-    if api_url:
-        env["PREFECT_API_URL"] = str(api_url)
+    env.update(prefect_client_env())  # PREFECT_API_URL and the server's auth string
     env.update(
         {
             "COMPLIANCE_BASE_URL": sandbox_url,

@@ -8,6 +8,10 @@ as expected (the failures it shows are deliberate), 1 otherwise.
 
 The demo uses the sandbox's ``demo-manage-basic`` application, which lacks the
 QuestionnaireAutomationAdvanced entitlement, so assigning an approver fails for real.
+
+The temporary server requires Prefect's basic auth like every server the project starts: a
+random auth string, generated for this run and never shown, is in the server's environment
+(PREFECT_SERVER_API_AUTH_STRING) and the demo's client settings (PREFECT_API_AUTH_STRING).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deployments.auth import CLIENT_AUTH_ENV, SERVER_AUTH_ENV, generate_auth_string
 from deployments.server_settings import apply_server_settings
 from sandbox.runner import SandboxHandle, run_sandbox_in_thread
 
@@ -49,8 +54,12 @@ class Step:
 
 
 def _prepare_environment(workdir: Path) -> None:
-    """Before Prefect is imported: a private Prefect home and quiet logs (overridable)."""
+    """Before Prefect is imported: a private Prefect home, quiet logs (overridable) and this
+    run's auth string (read by the temporary server and by the demo's client alike)."""
     os.environ["PREFECT_HOME"] = str(workdir / "prefect")
+    auth_string = generate_auth_string()
+    os.environ[SERVER_AUTH_ENV] = auth_string
+    os.environ[CLIENT_AUTH_ENV] = auth_string
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     os.environ["PREFECT_CLI_PROMPT"] = "false"
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
