@@ -1,0 +1,284 @@
+"""TLS in front of a Prefect server: nginx (Debian's ``nginx-light``) as a child process.
+
+Prefect's self-hosting guide puts a reverse proxy in front of the server for TLS; this is that
+proxy, rendered from ``TLSProxyOptions`` and started as ``nginx -c <conf> -g 'daemon off;'``
+with its config, pid file, logs and temp paths in a state directory of its own, so it runs next
+to a system nginx, as root or not. It listens on any address (``listen_host``; a bridge address
+such as 10.213.0.1 as well as 127.0.0.1) and proxies everything to ``upstream`` (the Prefect
+server, e.g. ``http://127.0.0.1:4201``), websockets included (``/api/events/in``,
+``/api/events/out``, ``/api/logs/out``, the task-run and worker channels).
+
+The proxy adds TLS only: Prefect's basic auth (``deployments/auth.py``) passes through it
+untouched and the Prefect server still checks it. Clients trust the proxy with
+``PREFECT_API_SSL_CERT_FILE=<CA bundle>`` and ``PREFECT_API_URL=https://HOST:PORT/api``.
+
+    with TLSProxy(TLSProxyOptions("127.0.0.1", 8443, "http://127.0.0.1:4200",
+                                  cert_file, key_file, state_dir)) as proxy:
+        proxy.api_url  # https://127.0.0.1:8443/api
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+from urllib.parse import urlsplit
+
+from deployments.auth import url_host
+from deployments.processes import ChildProcess, wait_until
+
+INSTALL_HINT = "apt-get install -y --no-install-recommends nginx-light"
+#: the websockets of Prefect 3's API: kept open for an hour without traffic
+WEBSOCKET_PATHS = (
+    r"^/api/events/(in|out)$",
+    r"^/api/logs/out$",
+    r"^/api/task_runs/subscriptions/scheduled$",
+    r"^/api/work_pools/[^/]+/workers/connect$",
+)
+
+
+class NginxMissing(RuntimeError):
+    """No ``nginx`` executable: the message says what to install."""
+
+
+def nginx_executable() -> str | None:
+    """``nginx`` on PATH or in /usr/sbin (where Debian puts it, off a non-root user's PATH)."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    for candidate in ("/usr/sbin/nginx", "/usr/local/sbin/nginx"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def require_nginx() -> str:
+    found = nginx_executable()
+    if found is None:
+        raise NginxMissing(f"nginx is not installed: {INSTALL_HINT} (as root)")
+    return found
+
+
+@dataclass
+class TLSProxyOptions:
+    #: the address to listen on (any: 127.0.0.1, a bridge address, 0.0.0.0, ::1)
+    listen_host: str
+    listen_port: int
+    #: the Prefect server, ``http://HOST:PORT`` (no path)
+    upstream: str
+    #: PEM certificate (chain) for ``listen_host`` and its private key
+    cert_file: Path
+    key_file: Path
+    #: config, pid file, logs and temp paths
+    state_dir: Path
+    startup_timeout: float = 30.0
+    #: read/send timeout of websocket connections
+    websocket_timeout_seconds: int = 3600
+    #: read timeout of other requests
+    read_timeout_seconds: int = 300
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.upstream)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
+            raise ValueError(f"upstream={self.upstream!r}: expected http://HOST:PORT")
+        if not 0 < self.listen_port < 65536:
+            raise ValueError(f"listen_port={self.listen_port}: not a TCP port")
+
+
+def _nobody_group() -> str:
+    try:
+        grp.getgrnam("nogroup")
+    except KeyError:
+        return "nobody"
+    return "nogroup"
+
+
+def _quoted(path: Path) -> str:
+    text = str(path)
+    if any(character in text for character in "\"';{}\n\\"):
+        raise ValueError(f"{text!r}: nginx cannot take this path")
+    return f'"{text}"'
+
+
+def render_nginx_config(options: TLSProxyOptions, *, as_root: bool | None = None) -> str:
+    """The whole ``nginx.conf``: one TLS server that proxies everything to ``upstream``.
+
+    Requests and responses are streamed, not buffered to disk: nginx's workers (``nobody``
+    when started as root) never need to write into the state directory.
+    """
+    state = options.state_dir.resolve()
+    upstream = options.upstream.rstrip("/")
+    root = os.geteuid() == 0 if as_root is None else as_root
+    listen = f"{url_host(options.listen_host)}:{options.listen_port}"
+    proxied = f"""
+            proxy_pass {upstream};
+            proxy_http_version 1.1;
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Real-IP $remote_addr;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto https;
+            proxy_buffering off;
+            proxy_request_buffering off;"""
+    websocket_locations = "".join(
+        f"""
+        location ~ {path} {{{proxied}
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection "upgrade";
+            proxy_read_timeout {options.websocket_timeout_seconds}s;
+            proxy_send_timeout {options.websocket_timeout_seconds}s;
+        }}"""
+        for path in WEBSOCKET_PATHS
+    )
+    temp = {
+        name: _quoted(state / "temp" / name)
+        for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    }
+    return f"""# rendered by deployments/tls_proxy.py (nginx -c <this file> -g 'daemon off;')
+{f"user nobody {_nobody_group()};" if root else "# not root: the workers run as this user"}
+worker_processes 1;
+pid {_quoted(state / "nginx.pid")};
+error_log stderr notice;
+
+events {{
+    worker_connections 1024;
+}}
+
+http {{
+    access_log {_quoted(state / "access.log")};
+    client_body_temp_path {temp["client_body"]};
+    proxy_temp_path {temp["proxy"]};
+    fastcgi_temp_path {temp["fastcgi"]};
+    uwsgi_temp_path {temp["uwsgi"]};
+    scgi_temp_path {temp["scgi"]};
+    client_max_body_size 64m;
+    server_tokens off;
+
+    map $http_upgrade $connection_upgrade {{
+        default upgrade;
+        ''      close;
+    }}
+
+    server {{
+        listen {listen} ssl;
+        ssl_certificate {_quoted(options.cert_file.resolve())};
+        ssl_certificate_key {_quoted(options.key_file.resolve())};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_prefer_server_ciphers off;
+{websocket_locations}
+
+        location / {{{proxied}
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection $connection_upgrade;
+            proxy_read_timeout {options.read_timeout_seconds}s;
+        }}
+    }}
+}}
+"""
+
+
+class TLSProxy:
+    """``start()`` / ``stop()`` (or ``with TLSProxy(options) as proxy:``)."""
+
+    def __init__(self, options: TLSProxyOptions) -> None:
+        self.options = options
+        self.state_dir = options.state_dir.resolve()
+        self.child: ChildProcess | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.state_dir / "nginx.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "nginx.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.state_dir / "nginx.pid"
+
+    @property
+    def url(self) -> str:
+        return f"https://{url_host(self.options.listen_host)}:{self.options.listen_port}"
+
+    @property
+    def api_url(self) -> str:
+        """``PREFECT_API_URL`` for clients of the server behind this proxy."""
+        return f"{self.url}/api"
+
+    def write_config(self) -> Path:
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.state_dir / "temp").mkdir(exist_ok=True)
+        self.config_path.write_text(render_nginx_config(self.options))
+        return self.config_path
+
+    def launch(self) -> ChildProcess:
+        """Write the config and start nginx without waiting (``wait_ready`` waits)."""
+        nginx = require_nginx()
+        config = self.write_config()
+        self.pid_path.unlink(missing_ok=True)
+        self.child = ChildProcess(
+            "nginx (TLS proxy)",
+            [nginx, "-p", f"{self.state_dir}/", "-e", "stderr", "-c", str(config)]
+            + ["-g", "daemon off;"],
+            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+            cwd=self.state_dir,
+            log_path=self.log_path,
+        )
+        return self.child
+
+    def wait_ready(self) -> None:
+        """Until nginx has written its pid file (it does so after binding its socket, so
+        a port someone else holds never passes for ready) and the socket accepts."""
+        wait_until(
+            f"the TLS proxy on {self.options.listen_host}:{self.options.listen_port}",
+            lambda: self._pid_written() and self._accepts(),
+            timeout=self.options.startup_timeout,
+            watch=[self.child] if self.child is not None else [],
+            interval=0.1,
+        )
+
+    def _pid_written(self) -> bool:
+        try:
+            written = self.pid_path.read_text().strip()
+        except OSError:
+            return False
+        return self.child is not None and written == str(self.child.pid)
+
+    def _accepts(self) -> bool:
+        try:
+            with socket.create_connection(
+                (self.options.listen_host, self.options.listen_port), timeout=1.0
+            ):
+                return True
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        self.launch()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+            self.child = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
