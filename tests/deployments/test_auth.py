@@ -1,0 +1,466 @@
+"""No anonymous access to anything the project starts (issue #30).
+
+Against a real Prefect server with basic auth (``deployments.prefect_server.PrefectServer``, as
+the stack starts it), directly and behind the nginx TLS proxy (``deployments.tls_proxy``):
+
+- without the auth string: 401 on reading deployments, starting a run and reading block
+  secrets; the events websocket closes on a missing or wrong auth message; health stays open;
+- with it: the stack's own HTTP helpers and a Prefect client read and start runs;
+- through https: a client that trusts the test CA (PREFECT_API_SSL_CERT_FILE) and sends the
+  string works, websockets included; one without the CA fails verification; one without the
+  string gets 401.
+
+And, with no process started: the stack's generated auth string (0600, created once, never in
+the banner), ``serve``'s ``--host`` and its refusals, and the sandbox's control token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import ssl
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.typing import Subprotocol
+
+from deployments.auth import (
+    CLIENT_AUTH_ENV,
+    SERVER_AUTH_ENV,
+    AuthError,
+    basic_auth,
+    check_auth_string,
+    generate_auth_string,
+    is_loopback,
+    websocket_auth_message,
+)
+from deployments.prefect_server import PrefectServer, PrefectServerOptions
+from deployments.serve import banner, parse_args
+from deployments.stack import LocalStack, StackOptions, free_port
+from deployments.tls_proxy import TLSProxy, TLSProxyOptions, render_nginx_config
+from sandbox.control import SandboxControl, SandboxControlError
+from sandbox.runner import run_sandbox_in_thread
+from tests.fixtures.tls import IssuedCert, TestCA, make_ca, nginx_or_skip
+
+AUTH = generate_auth_string()
+WRONG = generate_auth_string()
+PREFECT = Subprotocol("prefect")
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """One Prefect server (SQLite) with basic auth, for the module."""
+    home = tmp_path_factory.mktemp("prefect-auth")
+    base_env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("PREFECT_", "COMPLIANCE_"))
+    } | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    running = PrefectServer(
+        PrefectServerOptions(
+            port=free_port(), home=home, log_path=home / "server.log", auth_string=AUTH
+        ),
+        base_env=base_env,
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+    assert AUTH not in (home / "server.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def deployment(server: PrefectServer) -> str:
+    """A deployment made with the auth string (the one the anonymous calls try to start)."""
+
+    async def create() -> str:
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+        settings = {PREFECT_API_URL: server.api_url, PREFECT_API_AUTH_STRING: AUTH}
+        with temporary_settings(settings):
+            async with get_client() as client:
+                flow_id = await client.create_flow_from_name(f"auth-{uuid.uuid4().hex[:8]}")
+                return str(await client.create_deployment(flow_id, "guarded"))
+
+    return asyncio.run(create())
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
+    return make_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture(scope="module")
+def proxy(
+    server: PrefectServer, ca: TestCA, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TLSProxy]:
+    """nginx with a certificate for 127.0.0.1 from the test CA, in front of the server."""
+    nginx_or_skip()
+    certs: IssuedCert = ca.issue(tmp_path_factory.mktemp("certs"), ["127.0.0.1", "localhost"])
+    options = TLSProxyOptions(
+        listen_host="127.0.0.1",
+        listen_port=free_port(),
+        upstream=server.ui_url,
+        cert_file=certs.cert_file,
+        key_file=certs.key_file,
+        state_dir=tmp_path_factory.mktemp("nginx"),
+    )
+    with TLSProxy(options) as running:
+        yield running
+
+
+def anonymous_calls(deployment_id: str) -> list[tuple[str, str, dict[str, Any] | None]]:
+    return [
+        ("POST", "/deployments/filter", {}),
+        ("POST", f"/deployments/{deployment_id}/create_flow_run", {}),
+        ("POST", "/block_documents/filter?include_secrets=true", {}),
+        ("GET", f"/deployments/{deployment_id}", None),
+    ]
+
+
+# --------------------------------------------------------------------------- the server
+def test_without_the_auth_string_every_api_call_is_refused(
+    server: PrefectServer, deployment: str
+) -> None:
+    with httpx.Client(base_url=server.api_url, timeout=30) as anonymous:
+        for method, path, body in anonymous_calls(deployment):
+            assert anonymous.request(method, path, json=body).status_code == 401, path
+    with httpx.Client(base_url=server.api_url, timeout=30, auth=basic_auth(WRONG)) as wrong:
+        for method, path, body in anonymous_calls(deployment):
+            assert wrong.request(method, path, json=body).status_code == 401, path
+    # no run was created by any of them
+    with httpx.Client(base_url=server.api_url, timeout=30, auth=basic_auth(AUTH)) as client:
+        assert client.post("/flow_runs/count", json={}).json() == 0
+
+
+def test_health_and_ready_stay_open_for_probes(server: PrefectServer) -> None:
+    assert httpx.get(f"{server.api_url}/health", timeout=10).status_code == 200
+    assert httpx.get(f"{server.api_url}/ready", timeout=10).status_code == 200
+
+
+def test_the_stacks_http_helpers_send_the_auth_string(
+    server: PrefectServer, deployment: str, tmp_path: Path
+) -> None:
+    stack = LocalStack(StackOptions(state_dir=tmp_path, auth_string=AUTH))
+    stack.prefect_port = server.options.port
+    assert stack.request("GET", f"/deployments/{deployment}").json()["name"] == "guarded"
+    assert stack.worker_online() is False  # answered (200, no worker), not refused
+    other = LocalStack(StackOptions(state_dir=tmp_path / "other", auth_string=WRONG))
+    other.prefect_port = server.options.port
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        other.request("POST", "/deployments/filter", {})
+    assert refused.value.response.status_code == 401
+
+
+def test_a_prefect_client_with_the_auth_string_reads_and_starts_runs(
+    server: PrefectServer, deployment: str
+) -> None:
+    run = asyncio.run(_read_and_start(server.client_env(), deployment))
+    assert run["deployment_id"] == deployment
+
+
+async def _read_and_start(env: dict[str, str], deployment_id: str) -> dict[str, Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import (
+        PREFECT_API_AUTH_STRING,
+        PREFECT_API_SSL_CERT_FILE,
+        PREFECT_API_URL,
+        PREFECT_CLIENT_MAX_RETRIES,
+        temporary_settings,
+    )
+
+    optional = {
+        PREFECT_API_AUTH_STRING: env.get(CLIENT_AUTH_ENV),
+        PREFECT_API_SSL_CERT_FILE: env.get("PREFECT_API_SSL_CERT_FILE"),
+    }
+    updates: dict[Any, Any] = {PREFECT_API_URL: env["PREFECT_API_URL"]}
+    updates[PREFECT_CLIENT_MAX_RETRIES] = 0
+    updates |= {setting: value for setting, value in optional.items() if value}
+    unset = [setting for setting, value in optional.items() if not value]
+    with temporary_settings(updates, restore_defaults=unset):
+        async with get_client() as client:
+            deployments = await client.read_deployments()
+            assert deployment_id in {str(found.id) for found in deployments}
+            run = await client.create_flow_run_from_deployment(uuid.UUID(deployment_id))
+            return {"id": str(run.id), "deployment_id": str(run.deployment_id)}
+
+
+async def _events_in(url: str, first: dict[str, Any] | None, **options: Any) -> str:
+    """Connect to /api/events/in as Prefect's client does, send ``first``; what came back."""
+    async with connect(url, subprotocols=[PREFECT], open_timeout=10, **options) as socket:
+        if first is not None:
+            await socket.send(json.dumps(first))
+        try:
+            return str(await asyncio.wait_for(socket.recv(), timeout=10))
+        except ConnectionClosed as closed:
+            return f"closed {closed.rcvd.code if closed.rcvd else None}"
+
+
+def _ws(url: str) -> str:
+    return url.replace("http", "ws", 1) + "/events/in"
+
+
+def test_the_events_websocket_needs_the_auth_message(server: PrefectServer) -> None:
+    url = _ws(server.api_url)
+    no_auth = {"type": "event", "event": {}}
+    assert asyncio.run(_events_in(url, no_auth)) == "closed 1008"
+    assert asyncio.run(_events_in(url, websocket_auth_message(WRONG))) == "closed 1008"
+    assert asyncio.run(_events_in(url, {"type": "auth"})) == "closed 1008"
+    answer = json.loads(asyncio.run(_events_in(url, websocket_auth_message(AUTH))))
+    assert answer == {"type": "auth_success"}
+
+
+def test_a_websocket_without_prefects_handshake_is_refused(server: PrefectServer) -> None:
+    async def legacy() -> None:
+        async with connect(_ws(server.api_url), open_timeout=10) as socket:
+            await socket.recv()
+
+    with pytest.raises((InvalidStatus, ConnectionClosed)):
+        asyncio.run(legacy())
+
+
+# --------------------------------------------------------------------------- behind TLS
+def test_through_the_tls_proxy_a_client_trusting_the_ca_with_the_auth_string_works(
+    proxy: TLSProxy, ca: TestCA, deployment: str
+) -> None:
+    env = {
+        "PREFECT_API_URL": proxy.api_url,
+        CLIENT_AUTH_ENV: AUTH,
+        "PREFECT_API_SSL_CERT_FILE": str(ca.cert_file),
+    }
+    assert proxy.api_url.startswith("https://127.0.0.1:")
+    run = asyncio.run(_read_and_start(env, deployment))
+    assert run["deployment_id"] == deployment
+    # websockets pass through the proxy (upgrade headers), auth message and all
+    context = ssl.create_default_context(cafile=str(ca.cert_file))
+    wss = proxy.api_url.replace("https", "wss", 1) + "/events/in"
+    answer = asyncio.run(_events_in(wss, websocket_auth_message(AUTH), ssl=context))
+    assert json.loads(answer) == {"type": "auth_success"}
+    assert asyncio.run(_events_in(wss, websocket_auth_message(WRONG), ssl=context)) == (
+        "closed 1008"
+    )
+
+
+def test_through_the_tls_proxy_without_the_ca_verification_fails(
+    proxy: TLSProxy, deployment: str
+) -> None:
+    env = {"PREFECT_API_URL": proxy.api_url, CLIENT_AUTH_ENV: AUTH}
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        asyncio.run(_read_and_start(env, deployment))
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        httpx.get(f"{proxy.api_url}/health", timeout=10)
+
+
+def test_through_the_tls_proxy_without_the_auth_string_401(
+    proxy: TLSProxy, ca: TestCA, deployment: str
+) -> None:
+    with httpx.Client(base_url=proxy.api_url, timeout=30, verify=str(ca.cert_file)) as anonymous:
+        for method, path, body in anonymous_calls(deployment):
+            assert anonymous.request(method, path, json=body).status_code == 401, path
+        assert anonymous.get("/health").status_code == 200
+
+
+def test_the_proxy_config_listens_where_it_is_told_with_websocket_upgrades(
+    tmp_path: Path,
+) -> None:
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    options = TLSProxyOptions("10.213.0.1", 8443, "http://127.0.0.1:4200", cert, key, tmp_path)
+    config = render_nginx_config(options, as_root=True)
+    assert "listen 10.213.0.1:8443 ssl;" in config
+    assert "proxy_pass http://127.0.0.1:4200;" in config
+    assert 'proxy_set_header Connection "upgrade";' in config
+    assert "location ~ ^/api/events/(in|out)$" in config and "^/api/logs/out$" in config
+    assert "user nobody" in config
+    assert "user " not in render_nginx_config(options, as_root=False).split("worker_processes")[0]
+    with pytest.raises(ValueError, match="http://HOST:PORT"):
+        TLSProxyOptions("127.0.0.1", 8443, "127.0.0.1:4200", tmp_path, tmp_path, tmp_path)
+
+
+# --------------------------------------------------------------------------- the stack, unstarted
+def test_the_stack_generates_its_auth_string_once_into_a_private_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    stack = LocalStack(StackOptions(state_dir=tmp_path))
+    value = stack.auth_string
+    check_auth_string(value, "generated")
+    assert stack.auth_file == tmp_path / "prefect-api-auth"
+    assert stat.S_IMODE(stack.auth_file.stat().st_mode) == 0o600
+    assert LocalStack(StackOptions(state_dir=tmp_path)).auth_string == value
+    assert stack.api().auth is not None
+
+
+def test_every_prefect_child_gets_the_client_string_and_only_servers_the_server_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    monkeypatch.setenv("PREFECT_API_AUTH_STRING", "stale:profile-value")
+    stack = LocalStack(StackOptions(state_dir=tmp_path, workers=2))
+    stack.prefect_port = 4200
+    for env in [stack.prefect_env(), *(stack.worker_env(n) for n in stack.worker_names())]:
+        assert env[CLIENT_AUTH_ENV] == stack.auth_string
+        assert SERVER_AUTH_ENV not in env
+    assert CLIENT_AUTH_ENV not in stack.base_env()  # the sandbox's: no Prefect secret
+    server = stack._prefect_server(4200, "all", "prefect-server.log")
+    server_env = server.env()
+    assert server_env[SERVER_AUTH_ENV] == server_env[CLIENT_AUTH_ENV] == stack.auth_string
+    assert stack.client_env() == {
+        "PREFECT_API_URL": "http://127.0.0.1:4200/api",
+        CLIENT_AUTH_ENV: stack.auth_string,
+    }
+    assert stack.auth_string not in " ".join(server.options.__repr__().split())
+
+
+def test_an_operators_auth_string_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SERVER_AUTH_ENV, "ops:from-the-vault-1234")
+    stack = LocalStack(parse_args(["--state-dir", str(tmp_path)]))
+    assert stack.auth_string == "ops:from-the-vault-1234" and stack.auth_from_environment
+    assert not stack.auth_file.exists()
+    assert "from-the-vault" not in repr(stack.options)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("", "is set but empty"),
+        ("no-colon-here-secret", "USER:PASSWORD"),
+        ("admin:", "USER:PASSWORD"),
+        ("admin:has space-secret", "whitespace"),
+    ],
+)
+def test_serve_refuses_an_unusable_auth_string_without_showing_it(
+    value: str, words: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(SERVER_AUTH_ENV, value)
+    with pytest.raises(SystemExit):
+        parse_args(["--host", "10.213.0.1"])
+    error = capsys.readouterr().err
+    assert words in error and (not value or value not in error)
+
+
+def test_serve_takes_a_host_and_every_url_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    stack = LocalStack(parse_args(["--host", "10.213.0.1", "--state-dir", str(tmp_path)]))
+    stack.prefect_port, stack.sandbox_port, stack.sandbox_gov_port = 4200, 8700, 8701
+    assert stack.api_url == "http://10.213.0.1:4200/api"
+    assert stack.ui_url == "http://10.213.0.1:4200"
+    assert stack.sandbox_url == "http://10.213.0.1:8700"
+    assert stack.prefect_env()["PREFECT_API_URL"] == stack.api_url
+    assert stack._prefect_server(4200, "all", "x.log").env()["PREFECT_UI_API_URL"] == stack.api_url
+    # beyond loopback the sandbox gets a control token, in a private file
+    token = stack.sandbox_control_token
+    assert token and stat.S_IMODE(stack.sandbox_token_file.stat().st_mode) == 0o600
+    assert parse_args([]).host == "127.0.0.1"
+    loopback = LocalStack(StackOptions(state_dir=tmp_path / "lo"))
+    assert loopback.sandbox_control_token is None
+
+
+def test_a_prefect_server_beyond_loopback_without_auth_does_not_start(tmp_path: Path) -> None:
+    server = PrefectServer(
+        PrefectServerOptions(port=free_port(), home=tmp_path, host="0.0.0.0"), base_env={}
+    )
+    with pytest.raises(AuthError, match="refusing to serve the Prefect API on '0.0.0.0'"):
+        server.launch()
+    assert server.child is None
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("10.213.0.1", False),
+        ("::", False),
+        ("prefect.internal", False),
+    ],
+)
+def test_what_counts_as_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_the_banner_says_where_the_auth_string_is_never_what_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    for host in ("127.0.0.1", "10.213.0.1"):
+        stack = LocalStack(StackOptions(state_dir=tmp_path / host, host=host))
+        stack.prefect_port = 4200
+        transport = httpx.MockTransport(lambda request: httpx.Response(200, json=14))
+        monkeypatch.setattr(
+            stack,
+            "api",
+            lambda s=stack, t=transport: httpx.Client(base_url=s.api_url, transport=t),
+        )
+        text = banner(stack, 1.0)
+        secret = stack.auth_string
+        assert secret not in text and secret.partition(":")[2] not in text
+        assert f"cat {stack.auth_file}" in text
+        assert f'export PREFECT_API_AUTH_STRING="$(cat {stack.auth_file})"' in text
+        token = stack.sandbox_control_token
+        if token is not None:
+            assert token not in text and f"cat {stack.sandbox_token_file}" in text
+            assert "Warning: plain HTTP on 10.213.0.1" in text
+
+
+# --------------------------------------------------------------------------- the sandbox
+def test_the_sandbox_refuses_a_host_beyond_loopback_without_a_control_token() -> None:
+    with (
+        pytest.raises(ValueError, match="without a control token"),
+        run_sandbox_in_thread(host="0.0.0.0"),
+    ):
+        pass
+
+
+def test_the_sandbox_cli_refuses_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from sandbox.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--host", "10.213.0.1", "--port", "0"])
+    assert exited.value.code == 1
+    assert "without a control token" in capsys.readouterr().err
+
+
+def test_with_a_control_token_the_control_api_needs_it_and_the_data_api_is_unchanged() -> None:
+    token = "t-" + uuid.uuid4().hex
+    with run_sandbox_in_thread(host="0.0.0.0", control_token=token) as handle:
+        url = handle.url.replace("0.0.0.0", "127.0.0.1")
+        assert handle.control.health()["status"] == "ok"  # the handle's client has the token
+        for path in ("/_sandbox/health", "/_sandbox/issued-credentials", "/_sandbox/stats"):
+            assert httpx.get(f"{url}{path}", timeout=10).status_code == 401
+            wrong = {"Authorization": "Bearer nope"}
+            assert httpx.get(f"{url}{path}", headers=wrong, timeout=10).status_code == 401
+        anonymous, with_token = SandboxControl(url), SandboxControl(url, control_token=token)
+        try:
+            with pytest.raises(SandboxControlError, match="401"):
+                anonymous.stats()
+            assert "client_secrets" in with_token.issued_credentials()
+        finally:
+            anonymous.close()
+            with_token.close()
+        # the Compliance API keeps its own OAuth: a data call needs a bearer access token
+        data = f"{url}/v1/customer-trust/tag-categories"
+        assert httpx.get(data, timeout=10).status_code == 401
+
+
+def test_on_loopback_the_sandbox_control_api_stays_open() -> None:
+    with run_sandbox_in_thread() as handle:
+        assert httpx.get(f"{handle.url}/_sandbox/health", timeout=10).status_code == 200
