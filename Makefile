@@ -8,7 +8,7 @@ RUN := $(UV) run --locked --no-sync
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_CLI_PROMPT ?= false
 
-.PHONY: test demo serve bench lint typecheck pytest sync clean
+.PHONY: test demo serve bench lint typecheck pytest sync clean nginx
 
 $(CURDIR)/.tools/bin/uv:
 	python3 -m venv .tools
@@ -32,8 +32,25 @@ typecheck: sync
 pytest: sync
 	$(RUN) pytest -q $(PYTEST_ARGS)
 
+# nginx (Debian's nginx-light) for the TLS proxy in front of Prefect (deployments/tls_proxy.py)
+# and its tests: installed when missing if we are root and have apt-get; otherwise it says what
+# to install (the TLS tests then skip, and fail under CI=true).
+NGINX_PACKAGE := nginx-light
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends
+nginx:
+	@if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing $(NGINX_PACKAGE) (the TLS proxy and its tests need nginx) ..."; \
+		$(APT_INSTALL) $(NGINX_PACKAGE) \
+			|| { apt-get update && $(APT_INSTALL) $(NGINX_PACKAGE); }; \
+	else \
+		echo "nginx is missing: the TLS proxy tests skip (under CI=true they fail)."; \
+		echo "Install it as root: apt-get install -y --no-install-recommends $(NGINX_PACKAGE)"; \
+	fi
+
 ## make test: lint, type-check and the whole test suite (what CI runs)
-test: lint typecheck pytest
+test: nginx lint typecheck pytest
 
 ## make demo: the main job against the embedded sandbox and a local Prefect server
 demo: sync
