@@ -9,7 +9,9 @@ describe instead (see docs/operators.md).
 
 The Prefect API always requires Prefect's basic auth: the banner says where the auth string is
 (``cat`` the file into the UI's login), never the string itself. ``--host`` is where the
-Prefect API/UI and the sandbox listen (default 127.0.0.1).
+Prefect API/UI and the sandbox listen (default 127.0.0.1). ``--tls-cert PEM --tls-key PEM``
+put the nginx TLS proxy on ``--host:--prefect-port`` and the Prefect server on a loopback port
+behind it (``--tls-ca``: what clients trust, default the certificate itself).
 """
 
 from __future__ import annotations
@@ -88,6 +90,19 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         help="Prefect API servers (without services) plus one services process; more than "
         "one needs --database-url and --redis-url (default: 1, one server with services)",
     )
+    parser.add_argument(
+        "--tls-cert",
+        type=Path,
+        help="PEM certificate (chain) for --host: serve the API/UI over https through nginx "
+        "(nginx-light), the Prefect server on a loopback port behind it",
+    )
+    parser.add_argument("--tls-key", type=Path, help="the private key of --tls-cert (PEM)")
+    parser.add_argument(
+        "--tls-ca",
+        type=Path,
+        help="CA bundle the workers and the CLI trust (PREFECT_API_SSL_CERT_FILE; default: "
+        "--tls-cert itself, right for a self-signed certificate)",
+    )
     parser.add_argument("--poll-seconds", type=float, default=5.0, help="worker poll interval")
     parser.add_argument(
         "--quiet-worker", action="store_true", help="worker output to the log file only"
@@ -106,6 +121,9 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
             redis_url=args.redis_url,
             api_replicas=args.api_replicas,
             host=args.host,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_ca=args.tls_ca,
         )
     except (ValueError, DatabaseError) as error:
         parser.error(str(error))
@@ -147,6 +165,11 @@ def banner(stack: LocalStack, seconds: float) -> str:
         f"  Prefect API:   {stack.api_url}  (basic auth, PREFECT_API_AUTH_STRING)",
         f"  Database:      {stack.database_label}",
     ]
+    if stack.tls_ca is not None:
+        lines.append(
+            f"  TLS:           nginx in front of the Prefect server on {stack.server_port} "
+            f"(loopback); clients trust {stack.tls_ca}"
+        )
     if stack.options.redis_url:
         lines.append(f"  Redis:         {redact_text(stack.options.redis_url)}")
     if len(stack.replicas) > 1:
@@ -165,6 +188,10 @@ def banner(stack: LocalStack, seconds: float) -> str:
         "  Use the CLI against this server:",
         f"    export PREFECT_API_URL={stack.api_url}",
         f"    export PREFECT_API_AUTH_STRING={read_it}",
+    ]
+    if stack.tls_ca is not None:
+        lines.append(f"    export PREFECT_API_SSL_CERT_FILE={stack.tls_ca}")
+    lines += [
         "    prefect deployment ls",
     ]
     if stack.options.use_sandbox:
@@ -176,7 +203,7 @@ def banner(stack: LocalStack, seconds: float) -> str:
             f"    curl -s -X POST {stack.sandbox_url}/_sandbox/events {token}"
             "-H 'content-type: application/json' -d '{\"kind\": \"vendor_discovered\"}'",
         ]
-    if not is_loopback(stack.host):
+    if not is_loopback(stack.host) and not stack.tls:
         lines += [
             "",
             f"  Warning: plain HTTP on {stack.host}: the auth string crosses the network "

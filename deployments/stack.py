@@ -25,6 +25,11 @@ so their flow runs, this module's own HTTP helpers) as ``PREFECT_API_AUTH_STRING
 printed. ``host`` (default 127.0.0.1) is where the Prefect API/UI and the sandbox listen and
 what every URL the stack hands out names; beyond loopback the sandbox's control API requires a
 bearer token too (``sandbox-control-token``, 0600, in the state directory).
+
+With ``tls_cert`` and ``tls_key`` the nginx TLS proxy (``deployments/tls_proxy.py``) listens on
+``host:prefect_port`` and the Prefect server moves to a free loopback port behind it; every
+client then uses ``https://HOST:PORT/api`` and trusts ``tls_ca`` (default: the certificate
+itself) through ``PREFECT_API_SSL_CERT_FILE``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -50,6 +56,7 @@ from deployments.auth import (
     AUTH_FILE_NAME,
     CLIENT_AUTH_ENV,
     SERVER_AUTH_ENV,
+    SSL_CERT_ENV,
     basic_auth,
     check_auth_string,
     check_exposure,
@@ -63,6 +70,7 @@ from deployments.database import parse_database_url, redact_text, redacted
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
+from deployments.tls_proxy import TLSProxy, TLSProxyOptions, require_nginx
 from sandbox.control import SandboxControl
 
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
@@ -173,8 +181,14 @@ class StackOptions:
     #: Prefect's basic auth, USER:PASSWORD. Default: PREFECT_SERVER_API_AUTH_STRING from the
     #: environment if set, otherwise the string generated once into the state directory
     auth_string: str | None = field(default_factory=_auth_string_from_environment, repr=False)
+    #: PEM certificate (chain) and key for host: the nginx TLS proxy in front of the API
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: the CA bundle clients trust (PREFECT_API_SSL_CERT_FILE); default: tls_cert
+    tls_ca: Path | None = None
 
     def __post_init__(self) -> None:
+        self._check_tls()
         _check_count("workers", self.workers, 16)
         _check_count("api_replicas", self.api_replicas, 8)
         if not self.host.strip():
@@ -191,6 +205,23 @@ class StackOptions:
             raise ValueError(
                 f"api_replicas={self.api_replicas}: several API servers need PostgreSQL "
                 "(database_url) and Redis (redis_url) to share their state"
+            )
+
+    def _check_tls(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key: give both (the certificate and its key)")
+        if self.tls_cert is None:
+            if self.tls_ca is not None:
+                raise ValueError("tls_ca: only with tls_cert and tls_key")
+            return
+        for name in ("tls_cert", "tls_key", "tls_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}={str(path)!r}: no such file")
+        if self.api_replicas > 1:
+            raise ValueError(
+                "tls_cert with api_replicas > 1: put TLS on the load balancer in front of the "
+                "replicas instead (docs/scaling.md)"
             )
 
 
@@ -211,6 +242,9 @@ class LocalStack:
         self.state_dir = self.options.state_dir.resolve()
         self.logs_dir = self.state_dir / "logs"
         self.prefect_port = 0
+        #: the Prefect server's own port: ``prefect_port`` unless it sits behind the TLS proxy
+        self.server_port = 0
+        self.tls_proxy: TLSProxy | None = None
         self.sandbox_port = 0
         self.sandbox_gov_port = 0
         self.children: list[ChildProcess] = []
@@ -287,8 +321,20 @@ class LocalStack:
         return self.replicas[index % len(self.replicas)]
 
     @property
+    def tls(self) -> bool:
+        return self.options.tls_cert is not None
+
+    @property
+    def tls_ca(self) -> Path | None:
+        """What clients trust for the https API (None without TLS)."""
+        if self.options.tls_cert is None:
+            return None
+        return Path(self.options.tls_ca or self.options.tls_cert).resolve()
+
+    @property
     def ui_url(self) -> str:
-        return f"http://{url_host(self.host)}:{self.prefect_port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{url_host(self.host)}:{self.prefect_port}"
 
     @property
     def sandbox_url(self) -> str:
@@ -328,15 +374,29 @@ class LocalStack:
         return env
 
     def client_env(self, api_url: str | None = None) -> dict[str, str]:
-        """What a Prefect client needs for this stack: its API URL and the auth string."""
-        return {"PREFECT_API_URL": api_url or self.api_url, CLIENT_AUTH_ENV: self.auth_string}
+        """What a Prefect client needs for this stack: its API URL and the auth string (and,
+        behind the TLS proxy, the CA bundle to trust)."""
+        env = {"PREFECT_API_URL": api_url or self.api_url, CLIENT_AUTH_ENV: self.auth_string}
+        if self.tls_ca is not None:
+            env[SSL_CERT_ENV] = str(self.tls_ca)
+        return env
 
     def client_settings(self) -> dict[Any, Any]:
         """``client_env`` as ``prefect.settings.temporary_settings`` takes it, for a Prefect
         client in this process: ``with temporary_settings(stack.client_settings()): ...``."""
-        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
+        from prefect.settings import (
+            PREFECT_API_AUTH_STRING,
+            PREFECT_API_SSL_CERT_FILE,
+            PREFECT_API_URL,
+        )
 
-        return {PREFECT_API_URL: self.api_url, PREFECT_API_AUTH_STRING: self.auth_string}
+        settings: dict[Any, Any] = {
+            PREFECT_API_URL: self.api_url,
+            PREFECT_API_AUTH_STRING: self.auth_string,
+        }
+        if self.tls_ca is not None:
+            settings[PREFECT_API_SSL_CERT_FILE] = str(self.tls_ca)
+        return settings
 
     def prefect_env(self) -> dict[str, str]:
         """Every child talks to this stack's Prefect server, never to a profile's, with the
@@ -374,7 +434,7 @@ class LocalStack:
         """The environment of one worker and of every flow run it starts."""
         env = self.prefect_env() | self.service_env() | CLIENT_RETRY_ENV
         env["PREFECT_WORKER_QUERY_SECONDS"] = f"{self.options.worker_poll_seconds:g}"
-        if self.replicas:
+        if len(self.replicas) > 1:
             env.update(self.client_env(self.replica_of(name).api_url))
         if self.options.workers > 1:
             machine = self.state_dir / "workers" / name
@@ -395,6 +455,8 @@ class LocalStack:
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             check_exposure(self.host, self.auth_string)
+            if self.tls:
+                require_nginx()
             self._timed("sandbox + prefect server", self.start_servers)
             self._timed("bootstrap", self.bootstrap)
             workers = [self.launch_worker(name) for name in self.worker_names()]
@@ -480,39 +542,67 @@ class LocalStack:
     def _prefect_server(
         self, port: int, role: Literal["all", "api", "services"], log: str
     ) -> PrefectServer:
+        first = port == self.server_port or (not self.server_port and port == self.prefect_port)
         return PrefectServer(
             PrefectServerOptions(
                 port=port,
                 home=self.state_dir / "prefect",
                 database_url=self.options.database_url,
-                ui=self.options.ui and port == self.prefect_port,
+                ui=self.options.ui and first,
                 log_path=self.logs_dir / log,
                 startup_timeout=self.options.startup_timeout,
                 redis_url=self.options.redis_url,
                 role=role,
-                host=self.host,
+                # behind the TLS proxy: loopback only, and the UI calls the proxy's address
+                host=HOST if self.tls else self.host,
                 auth_string=self.auth_string,
+                public_api_url=self.api_url if self.tls else None,
             ),
             base_env=self.prefect_env(),
         )
 
     def launch_prefect_server(self) -> Callable[[], None]:
         """The first API server; with replicas, the others and the services process start once
-        it has migrated the database."""
+        it has migrated the database. With TLS, nginx in front of it once it is ready."""
         self.prefect_port = preferred_port(self.options.prefect_port, self.host)
+        self.server_port = free_port(HOST) if self.tls else self.prefect_port
         split = self.options.api_replicas > 1
         first = self._prefect_server(
-            self.prefect_port, "api" if split else "all", "prefect-server.log"
+            self.server_port, "api" if split else "all", "prefect-server.log"
         )
         self.replicas = [first]
         self.children.append(first.launch())
+        if self.tls:
+            return self._start_behind_tls
         return self._start_the_rest if split else first.wait_ready
+
+    def _start_behind_tls(self) -> None:
+        self.replicas[0].wait_ready()
+        self.start_tls_proxy()
+
+    def start_tls_proxy(self) -> None:
+        """nginx on ``host:prefect_port`` in front of the first server (``tls_cert`` set)."""
+        cert, key = self.options.tls_cert, self.options.tls_key
+        assert cert is not None and key is not None
+        self.tls_proxy = TLSProxy(
+            TLSProxyOptions(
+                listen_host=self.host,
+                listen_port=self.prefect_port,
+                upstream=self.replicas[0].ui_url,
+                cert_file=cert,
+                key_file=key,
+                state_dir=self.state_dir / "tls-proxy",
+                startup_timeout=self.options.startup_timeout,
+            )
+        )
+        self.children.append(self.tls_proxy.launch())
+        self.tls_proxy.wait_ready()
 
     def _start_the_rest(self) -> None:
         self.replicas[0].wait_ready()
         self.services = self._prefect_server(0, "services", "prefect-services.log")
         # links in notifications point at the first server's UI
-        self.services.options.env = {"PREFECT_UI_URL": self.replicas[0].ui_url}
+        self.services.options.env = {"PREFECT_UI_URL": self.ui_url}
         for number in range(2, self.options.api_replicas + 1):
             log = f"prefect-server-{number}.log"
             self.replicas.append(self._prefect_server(free_port(self.host), "api", log))
@@ -616,9 +706,12 @@ class LocalStack:
 
     # ----------------------------------------------------------------------------- API helpers
     def api(self) -> httpx.Client:
-        """A plain HTTP client of the Prefect API with the stack's basic auth (use ``request``
-        for calls that must land)."""
-        return httpx.Client(base_url=self.api_url, timeout=30.0, auth=self.http_auth)
+        """A plain HTTP client of the Prefect API with the stack's basic auth, trusting the TLS
+        proxy's CA when there is one (use ``request`` for calls that must land)."""
+        verify: ssl.SSLContext | bool = True
+        if self.tls_ca is not None:
+            verify = ssl.create_default_context(cafile=str(self.tls_ca))
+        return httpx.Client(base_url=self.api_url, timeout=30.0, auth=self.http_auth, verify=verify)
 
     @retry(
         retry=retry_if_exception(_busy),

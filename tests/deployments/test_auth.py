@@ -48,6 +48,14 @@ from deployments.stack import LocalStack, StackOptions, free_port
 from deployments.tls_proxy import TLSProxy, TLSProxyOptions, render_nginx_config
 from sandbox.control import SandboxControl, SandboxControlError
 from sandbox.runner import run_sandbox_in_thread
+from tests.fixtures.stack import (
+    BRIDGE,
+    assert_no_secret_in_prefect_database,
+    assert_stop_leaves_no_process,
+    eventually,
+    finished,
+    run_deployment,
+)
 from tests.fixtures.tls import IssuedCert, TestCA, make_ca, nginx_or_skip
 
 AUTH = generate_auth_string()
@@ -285,6 +293,53 @@ def test_the_proxy_config_listens_where_it_is_told_with_websocket_upgrades(
     assert "user " not in render_nginx_config(options, as_root=False).split("worker_processes")[0]
     with pytest.raises(ValueError, match="http://HOST:PORT"):
         TLSProxyOptions("127.0.0.1", 8443, "127.0.0.1:4200", tmp_path, tmp_path, tmp_path)
+
+
+def test_serve_with_tls_runs_the_whole_stack_behind_the_proxy(
+    ca: TestCA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve --tls-cert --tls-key --tls-ca``: the worker, bootstrap, deploy and flow runs all
+    reach Prefect through https with the auth string; the server itself is on loopback."""
+    nginx_or_skip()
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    certs = ca.issue(tmp_path / "certs", ["127.0.0.1"])
+    options = parse_args(
+        ["--state-dir", str(tmp_path / "state"), "--prefect-port", str(free_port())]
+        + ["--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file)]
+        + ["--tls-ca", str(ca.cert_file)]
+    )
+    options.ui, options.worker_poll_seconds, options.sandbox_port = False, 1.0, None
+    options.worker_output_to_terminal = False
+    with LocalStack(options) as stack:
+        assert stack.api_url == f"https://127.0.0.1:{stack.prefect_port}/api"
+        assert stack.server_port != stack.prefect_port
+        assert stack.server is not None and stack.server.options.host == "127.0.0.1"
+        env = stack.worker_env()
+        assert env["PREFECT_API_URL"] == stack.api_url
+        assert env["PREFECT_API_SSL_CERT_FILE"] == str(ca.cert_file)
+        run = run_deployment(stack, BRIDGE, {})
+        state = eventually("the bridge run over https", lambda: finished(stack, run))
+        assert state["type"] == "COMPLETED", state
+        # the proxy speaks TLS only: plain HTTP gets nginx's 400, never the API
+        plain = httpx.get(f"http://127.0.0.1:{stack.prefect_port}/api/health", timeout=10)
+        assert plain.status_code == 400
+        text = banner(stack, 1.0)
+        assert f"export PREFECT_API_SSL_CERT_FILE={ca.cert_file}" in text
+        assert stack.auth_string not in text
+        assert_no_secret_in_prefect_database(stack)
+        assert_stop_leaves_no_process(stack)
+
+
+def test_serve_refuses_half_a_tls_setup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pem = tmp_path / "cert.pem"
+    pem.write_text("-")
+    for argv, words in [
+        (["--tls-cert", str(pem)], "give both"),
+        (["--tls-cert", str(pem), "--tls-key", str(tmp_path / "missing")], "no such file"),
+    ]:
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        assert words in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the stack, unstarted
