@@ -27,7 +27,7 @@ from runtime.attempts import abort_if_lost
 from runtime.connection import compliance_client
 from tasks.event_logs import load_log_checkpoint, save_log_checkpoint
 from write_engine.inputs import ItemT, ParsedItems, split_identifiers
-from write_engine.outcomes import ItemResult, Outcome, RunSummary
+from write_engine.outcomes import RunSummary
 from write_engine.run import WriteJob, run_write_job, unusable_id
 
 
@@ -109,14 +109,6 @@ async def commit(found: NewTargets) -> None:
             )
 
 
-def _logged_done(target_id: str, source: AuditLogSource) -> ItemResult:
-    return ItemResult(
-        item=target_id,
-        outcome=Outcome.SKIPPED,
-        reason=f"done already: the audit log shows {source.done_action}",
-    )
-
-
 async def run_on_new_targets(
     job: WriteJob[ItemT],
     source: AuditLogSource,
@@ -131,23 +123,15 @@ async def run_on_new_targets(
     stop every later run at the same checkpoint. A dry run leaves the checkpoint alone.
     """
     found = await read_new_targets(source)
-    ids, unusable = split_identifiers([i for i in found.ids if i not in found.done])
-    done = [i for i in found.ids if i in found.done]
-    if done:
-        get_run_logger().info(
-            "%d of them are done already (the log shows %s): not sent",
-            len(done),
-            source.done_action,
-        )
+    ids, unusable = split_identifiers(found.ids)
+    done = {i: f"done already: the audit log shows {source.done_action}" for i in found.done}
     outcome = await run_write_job(
         job,
         parse(ids),
         dry_run=dry_run,
         concurrency=concurrency,
-        carried=[
-            *(unusable_id(value) for value in unusable),
-            *(_logged_done(i, source) for i in done),
-        ],
+        carried=[unusable_id(value) for value in unusable],
+        done=done,
     )
     if not dry_run:
         await commit(found)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Annotated, Any, ClassVar, Generic
@@ -176,6 +176,7 @@ async def run_write_job(
     rerun_of: str | None = None,
     attempt: int = 1,
     carried: Sequence[ItemResult] = (),
+    done: Mapping[str, str] | None = None,
 ) -> RunSummary | State[Any]:
     """Apply (or plan) every item, publish the reports, and return the run's final outcome.
 
@@ -184,8 +185,9 @@ async def run_write_job(
 
     ``carried`` are rows this run reports without sending them: earlier failures (an automatic
     rerun leaves refusals to a person), which keep the run red and stay in its failed-items
-    record, so the last run of a chain always lists everything still to do; or items found
-    done already (skipped).
+    record, so the last run of a chain always lists everything still to do. ``done`` maps the
+    keys of items known to be done already (e.g. by the audit log) to why: reported skipped,
+    not sent.
 
     A run that is no longer this process's (``runtime/attempts.py``) ends with Prefect's
     ``Abort``: nothing published, no state proposed.
@@ -199,6 +201,7 @@ async def run_write_job(
             rerun_of=rerun_of,
             attempt=attempt,
             carried=carried,
+            done=done or {},
         )
     except AttemptLost as lost:
         raise Abort(str(lost)) from None
@@ -213,6 +216,7 @@ async def _run_write_job(
     rerun_of: str | None,
     attempt: int,
     carried: Sequence[ItemResult],
+    done: Mapping[str, str],
 ) -> RunSummary | State[Any]:
     logger = get_run_logger()
     items = parsed.items
@@ -242,7 +246,7 @@ async def _run_write_job(
             assert client is not None
             with collector.tuned_for_bulk_run():
                 results, record = await _apply_attempt(
-                    job, client, units, concurrency, progress, fence
+                    job, client, units, concurrency, progress, fence, done
                 )
         else:  # only carried failures: nothing to send
             results = []
@@ -293,29 +297,36 @@ async def _apply_attempt(
     concurrency: int,
     progress: Progress,
     attempt: Attempt | None,
+    done: Mapping[str, str],
 ) -> tuple[list[AnyResult], SendRecord | None]:
-    """This attempt's results, in unit order: what earlier attempts settled, then the rest."""
-    if attempt is None:  # not in a flow run: nothing to fence or record
-        sent = await _apply_all(job, client, dict(enumerate(units)), concurrency, progress)
-        return [result for index in sorted(sent) for result in sent[index]], None
-    in_flight = job.units_in_flight(concurrency)
-    verifiable = type(job).applied_by_lost_attempt is not WriteJob.applied_by_lost_attempt
-    record = await SendRecord.open(
-        attempt,
-        units,
-        window=2 * in_flight,
-        max_window=MAX_CLAIM_WINDOW if verifiable else 2 * in_flight,
-    )
-    by_unit = await _settle_earlier(job, client, units, record)
+    """This attempt's results, in unit order: what is known done (``done``: item key ->
+    reason) and what earlier attempts settled, then the rest, sent."""
+    by_unit: dict[int, Sequence[AnyResult]] = {
+        index: [Done(item.label(), Outcome.SKIPPED, done[item.key()]) for item in unit]
+        for index, unit in enumerate(units)
+        if all(item.key() in done for item in unit)
+    }
+    record: SendRecord | None = None
+    if attempt is not None:  # in a flow run: fence the writes, record them, resume
+        in_flight = job.units_in_flight(concurrency)
+        verifiable = type(job).applied_by_lost_attempt is not WriteJob.applied_by_lost_attempt
+        record = await SendRecord.open(  # the whole list: every attempt numbers it alike
+            attempt,
+            units,
+            window=2 * in_flight,
+            max_window=MAX_CLAIM_WINDOW if verifiable else 2 * in_flight,
+        )
+        by_unit |= await _settle_earlier(job, client, units, record, skip=set(by_unit))
     for _ in by_unit:
         await progress.advance()
     todo = {index: unit for index, unit in enumerate(units) if index not in by_unit}
-    record.plan(list(todo))
-    sent = await _apply_all(job, client, todo, concurrency, progress, record)
-    if attempt.lost is not None:
+    if record is not None:
+        record.plan(list(todo))
+    by_unit |= await _apply_all(job, client, todo, concurrency, progress, record)
+    if attempt is not None and attempt.lost is not None:
         raise AttemptLost(attempt.lost)
-    await record.flush()
-    by_unit.update(sent)
+    if record is not None:
+        await record.flush()
     return [result for index in sorted(by_unit) for result in by_unit[index]], record
 
 
@@ -324,13 +335,17 @@ async def _settle_earlier(
     client: ComplianceClient,
     units: list[list[ItemT]],
     record: SendRecord,
+    skip: set[int],
 ) -> dict[int, Sequence[AnyResult]]:
-    """The units earlier attempts of this run settled: done, or sent without an answer."""
+    """The units (but ``skip``) earlier attempts of this run settled: done, or claimed without
+    an answer."""
     if not record.earlier:
         return {}
     settled: dict[int, Sequence[AnyResult]] = {}
     unknown: list[int] = []
     for index, unit in enumerate(units):
+        if index in skip:
+            continue
         if record.settled(index):
             settled[index] = [Done(item.label(), reason=EARLIER_DONE) for item in unit]
         elif record.unknown(index):
