@@ -328,6 +328,10 @@ def test_serve_with_tls_runs_the_whole_stack_behind_the_proxy(
         assert stack.auth_string not in text
         assert_no_secret_in_prefect_database(stack)
         assert_stop_leaves_no_process(stack)
+    # no log of any process (server, worker, flow runs, bootstrap, deploy, nginx) has it
+    password = stack.auth_string.partition(":")[2].encode()
+    logs = [*stack.logs_dir.rglob("*"), *(stack.state_dir / "tls-proxy").rglob("*")]
+    assert [log for log in logs if log.is_file() and password in log.read_bytes()] == []
 
 
 def test_serve_refuses_half_a_tls_setup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
