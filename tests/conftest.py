@@ -31,6 +31,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.redis",
     "tests.fixtures.tokens",
+    "tests.fixtures.hosts",
 ]
 
 

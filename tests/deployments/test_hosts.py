@@ -37,7 +37,6 @@ from tests.fixtures.hosts import (
     wait_tcp,
 )
 
-pytest_plugins = ["tests.fixtures.hosts"]
 pytestmark = pytest.mark.timeout(120)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 import pytest
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import temporary_settings
 
 from deployments.resources import CRASH_MAX_ATTEMPTS_VARIABLE
 from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
@@ -120,8 +120,8 @@ asyncio.run(main())
 """
 
 
-async def lock_is_taken(api_url: str, name: str) -> bool:
-    with temporary_settings({PREFECT_API_URL: api_url}):
+async def lock_is_taken(stack: LocalStack, name: str) -> bool:
+    with temporary_settings(stack.client_settings()):
         try:
             async with hold_lock(name, wait_seconds=1, what="the test lock"):
                 return False
@@ -129,8 +129,8 @@ async def lock_is_taken(api_url: str, name: str) -> bool:
             return True
 
 
-async def wait_for_lock(api_url: str, name: str, wait_seconds: float) -> None:
-    with temporary_settings({PREFECT_API_URL: api_url}):
+async def wait_for_lock(stack: LocalStack, name: str, wait_seconds: float) -> None:
+    with temporary_settings(stack.client_settings()):
         async with hold_lock(name, wait_seconds=wait_seconds, what="the test lock"):
             pass
 
@@ -142,18 +142,18 @@ def killed_lock_holder(stack: LocalStack) -> Iterator[KilledHolder]:
     assert LEASE_SECONDS + 15 < CRASHED_HOLDER_BOUND_SECONDS
     name = f"restart-{uuid.uuid4().hex[:8]}"
     code = textwrap.dedent(HOLDER.format(name=name))
-    child = start_child(code, child_env({"PREFECT_API_URL": stack.api_url}))
+    child = start_child(code, child_env(stack.client_env()))
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "HELD"
     kill_hard(child)
     holder = KilledHolder(name, time.monotonic(), held_after_restart=False)
     stack.restart_prefect_server()
-    holder.held_after_restart = asyncio.run(lock_is_taken(stack.api_url, name))
+    holder.held_after_restart = asyncio.run(lock_is_taken(stack, name))
 
     def wait() -> None:
         left = CRASHED_HOLDER_BOUND_SECONDS - (time.monotonic() - holder.killed_at)
         try:
-            asyncio.run(wait_for_lock(stack.api_url, name, left))
+            asyncio.run(wait_for_lock(stack, name, left))
             holder.freed_after_seconds = time.monotonic() - holder.killed_at
         except BaseException as error:  # reported by the test, not lost in the thread
             holder.error = error

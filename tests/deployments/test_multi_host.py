@@ -1,0 +1,288 @@
+"""Several real hosts (Linux network namespaces on a bridge): what docs/scaling.md promises.
+
+- The **server host** (the root namespace): PostgreSQL (the Prefect database), the Prefect API
+  and the sandbox, listening on the bridge address with Prefect's basic auth; the sandbox's
+  control API needs its token.
+- Two **worker hosts**, each with its own PREFECT_HOME and state dir, reaching nothing but the
+  Prefect API and the (sandbox) Compliance API.
+- A **stranger host** on the same network without any credential.
+
+The stranger is refused everywhere that lists, starts or reads something. A worker host cut
+off mid-promotion (past crash detection) and then restored changes nothing that the other worker
+finished: every vendor is promoted exactly once, the run ends Completed, nothing is rerun and
+the audit-log checkpoint does not move back. Counts come from the sandbox; the waits only bound
+a hung test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import Popen
+from typing import Any
+
+import psutil
+import pytest
+
+from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE, EventLogCheckpoint
+from deployments.resources import CRASH_MAX_ATTEMPTS_VARIABLE, PROJECT_DIR, WORK_POOL_NAME
+from deployments.stack import LocalStack, StackOptions
+from sandbox.control import SandboxControl
+from tests.fixtures.hosts import Host, Network
+from tests.fixtures.stack import (
+    ADD_TO_MANAGED,
+    PROMOTE,
+    deployment_id,
+    eventually,
+    managed,
+    run_deployment,
+    state_of,
+)
+
+pytestmark = pytest.mark.timeout(900)
+
+#: longer than the 30 s heartbeat, shorter than the 90 s default: the test waits less
+GRACE_SECONDS = 45
+VENDORS = 100
+#: every promotion takes this long, so calls are in flight when the link goes down
+PROMOTION_LATENCY_MS = 1000
+#: the link goes down once this many vendors are managed
+CUT_AFTER = 24
+RERUN = "rerun-failed-items/on-failed-items"
+WORKERS = ("local-worker-1", "local-worker-2")
+
+
+@dataclass
+class Site:
+    """The running hosts: the stack on the server host, the worker processes on theirs."""
+
+    network: Network
+    stack: LocalStack
+    control: SandboxControl
+    hosts: dict[str, Host]
+    stranger: Host
+    workers: dict[str, Popen[str]] = field(default_factory=dict)
+
+    def start_worker(self, name: str) -> None:
+        env = self.stack.worker_env(name)
+        Path(env["PREFECT_HOME"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "prefect", "worker", "start"]
+        command += ["--pool", WORK_POOL_NAME, "--name", name, "--type", "process"]
+        self.workers[name] = self.hosts[name].popen(
+            command, env=env, cwd=PROJECT_DIR, log_path=self.stack.logs_dir / f"{name}.log"
+        )
+        eventually(f"{name} online", lambda: self.stack.worker_online(name), timeout=120)
+
+    def stop_worker(self, name: str) -> None:
+        self.hosts[name].stop(self.workers.pop(name))
+
+
+@pytest.fixture(scope="module")
+def site(
+    netns_available: None, tmp_path_factory: pytest.TempPathFactory, postgres_databases: Any
+) -> Iterator[Site]:
+    with Network() as network:
+        options = StackOptions(
+            state_dir=tmp_path_factory.mktemp("multi-host"),
+            host=network.address,
+            prefect_port=None,
+            sandbox_port=None,
+            ui=False,
+            worker_poll_seconds=1.0,
+            unresponsive_run_grace_seconds=GRACE_SECONDS,
+            variables={CRASH_MAX_ATTEMPTS_VARIABLE: 3},
+            startup_timeout=180.0,
+            database_url=postgres_databases(),
+            workers=len(WORKERS),
+        )
+        stack = LocalStack(options)
+        try:
+            stack.state_dir.mkdir(parents=True, exist_ok=True)
+            stack.start_servers()  # the server host; the workers run on hosts of their own
+            stack.bootstrap()
+            stack.deploy()
+            site = Site(
+                network=network,
+                stack=stack,
+                control=stack.sandbox_control(),
+                hosts={name: network.add_host(name.removeprefix("local-")) for name in WORKERS},
+                stranger=network.add_host("stranger"),
+            )
+            for name in WORKERS:
+                site.start_worker(name)
+            yield site
+        finally:
+            stack.stop()
+
+
+# ------------------------------------------------------------------------------ the stranger
+
+PROBE = textwrap.dedent(
+    """
+    import asyncio, base64, json, sys, urllib.error, urllib.request
+    import websockets
+
+    def http(method, url, body, auth):
+        request = urllib.request.Request(url, method=method, data=body and body.encode())
+        request.add_header("content-type", "application/json")
+        if auth:
+            request.add_header("authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    async def websocket(url, token):
+        try:
+            async with websockets.connect(url, open_timeout=10) as socket:
+                if token is not None:
+                    await socket.send(json.dumps({"type": "auth", "token": token}))
+                answer = await asyncio.wait_for(socket.recv(), 10)
+                return "open", answer
+        except websockets.ConnectionClosed as closed:
+            return "closed", str(closed.rcvd)
+        except Exception as error:
+            return "refused", f"{type(error).__name__}: {error}"
+
+    kind, *args = json.loads(sys.argv[1])
+    if kind == "http":
+        print(json.dumps(http(*args)))
+    else:
+        print(json.dumps(asyncio.run(websocket(*args))))
+    """
+)
+
+
+def probe(host: Host, *args: Any) -> Any:
+    done = host.run([sys.executable, "-c", PROBE, json.dumps(args)], timeout=60, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_stranger_on_the_network_can_list_start_and_read_nothing(site: Site) -> None:
+    stack, stranger = site.stack, site.stranger
+    api = stack.api_url
+    promote = deployment_id(stack, PROMOTE)
+    calls = {
+        "list deployments": ("POST", f"{api}/deployments/filter", "{}"),
+        "start a run": ("POST", f"{api}/deployments/{promote}/create_flow_run", "{}"),
+        "read blocks with secrets": (
+            "POST",
+            f"{api}/block_documents/filter?include_secrets=true",
+            "{}",
+        ),
+        "list flow runs": ("POST", f"{api}/flow_runs/filter", "{}"),
+        "read variables": ("POST", f"{api}/variables/filter", "{}"),
+    }
+    for what, (method, url, body) in calls.items():
+        status, _ = probe(stranger, "http", method, url, body, None)
+        assert status == 401, f"{what}: {status}"
+        wrong, _ = probe(stranger, "http", method, url, body, "admin:guessed")
+        assert wrong == 401, f"{what} with a wrong password: {wrong}"
+    assert probe(stranger, "http", "GET", f"{api}/health", None, None)[0] == 200  # no data
+
+    events = api.replace("http://", "ws://") + "/events/in"
+    for token in (None, "admin:guessed"):
+        outcome, detail = probe(stranger, "websocket", events, token)
+        assert outcome != "open", f"events websocket with token {token!r}: {detail}"
+    # the sandbox's control API (issued credentials, faults) wants its token too
+    status, _ = probe(stranger, "http", "GET", f"{stack.sandbox_url}/_sandbox/stats", None, None)
+    assert status in (401, 403)
+    # and a worker host that has the string is let in: the refusals above are about credentials
+    worker = site.hosts[WORKERS[0]]
+    status, _ = probe(worker, "http", "POST", f"{api}/deployments/filter", "{}", stack.auth_string)
+    assert status == 200
+
+
+# ------------------------------------------------------------------------------ the partition
+
+
+def flow_processes(worker: Popen[str]) -> list[psutil.Process]:
+    """The flow-run processes a worker started (its children that run a flow)."""
+    try:
+        children = psutil.Process(worker.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [child for child in children if _is_flow_run(child)]
+
+
+def _is_flow_run(process: psutil.Process) -> bool:
+    try:
+        command = " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+    return "prefect.engine" in command or "flow-run execute" in command
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def checkpoint(stack: LocalStack) -> EventLogCheckpoint:
+    value = stack.request("GET", f"/variables/name/{PROMOTE_CHECKPOINT_VARIABLE}").json()
+    return EventLogCheckpoint.model_validate(value["value"])
+
+
+def history(stack: LocalStack, flow_run_id: str) -> list[str]:
+    states = stack.request("GET", f"/flow_run_states/?flow_run_id={flow_run_id}").json()
+    return [state["type"] for state in sorted(states, key=lambda s: s["timestamp"])]
+
+
+def test_a_worker_cut_off_mid_run_never_applies_twice_or_rewrites_the_run(site: Site) -> None:
+    stack, control = site.stack, site.control
+    lost_name, other_name = WORKERS
+    lost_host = site.hosts[lost_name]
+    site.stop_worker(other_name)  # the run must start on the host that will be cut off
+    vendors = [control.inject("vendor_discovered")["id"] for _ in range(VENDORS)]
+    control.set_fault(ADD_TO_MANAGED, latency_ms=PROMOTION_LATENCY_MS)
+
+    run_id = run_deployment(stack, PROMOTE, {"from_audit_log": True, "concurrency": 8})
+    eventually(
+        f"{CUT_AFTER} vendors managed",
+        lambda: sum(managed(control).values()) >= CUT_AFTER,
+        timeout=300,
+    )
+    stale = flow_processes(site.workers[lost_name])
+    assert stale, "the run is not running on the host about to be cut off"
+    lost_host.cut()
+    try:
+        site.start_worker(other_name)
+        eventually(
+            "the run Completed on the other host",
+            lambda: state_of(stack, run_id)["type"] == "COMPLETED",
+            timeout=420,
+        )
+        assert "CRASHED" in history(stack, run_id)  # crash detection did act
+        done_at = checkpoint(stack)
+        # the cut-off process gives up by itself (it cannot confirm the run is still its own)
+        eventually(
+            "the cut-off flow-run process to end",
+            lambda: not any(_alive(process) for process in stale),
+            timeout=180,
+        )
+    finally:
+        lost_host.restore()
+    eventually("the cut-off worker back online", lambda: stack.worker_online(lost_name))
+
+    counts = managed(control)
+    applied_twice = sorted(vendor for vendor in vendors if counts.get(vendor, 0) > 1)
+    assert applied_twice == []
+    assert {vendor: counts.get(vendor, 0) for vendor in vendors} == dict.fromkeys(vendors, 1)
+    states = history(stack, run_id)
+    assert states[-1] == "COMPLETED" and states.count("COMPLETED") == 1, states
+    assert "FAILED" not in states, states
+    reruns = stack.request(
+        "POST",
+        "/flow_runs/filter",
+        {"flow_runs": {"deployment_id": {"any_": [deployment_id(stack, RERUN)]}}},
+    ).json()
+    assert reruns == []
+    assert not checkpoint(stack).behind(done_at)
