@@ -18,6 +18,8 @@ every worker on every machine shares one table. Either way a claim is one
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,9 +74,24 @@ def ledger_url(state_dir: Path, shared_url: str | None) -> URL:
 
 
 def _sqlite_pragmas(connection: Any, _record: object) -> None:
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=FULL")  # a claim must survive a power cut
     connection.execute("PRAGMA busy_timeout=30000")
+    _use_wal(connection)
+    connection.execute("PRAGMA synchronous=FULL")  # a claim must survive a power cut
+
+
+def _use_wal(connection: Any, attempts: int = 50) -> None:
+    """WAL is a property of the file: set once. Switching needs the file to itself, and two
+    ledgers opening a new file at once can meet there, where SQLite answers "locked" without
+    waiting out the busy timeout: ask again shortly."""
+    for attempt in range(attempts):
+        try:
+            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1)
 
 
 class LinkLedger:
