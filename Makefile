@@ -29,8 +29,19 @@ lint: sync
 typecheck: sync
 	$(RUN) mypy
 
+# The stack tests (tests/deployments: real servers, workers and hosts) spend most of their time
+# waiting on Prefect's timers (crash detection, leases, heartbeats), so they run beside the rest
+# of the suite instead of after it: two pytest sessions at once, each with its own servers.
+# PYTEST_ARGS (e.g. a test file) runs one session with those arguments instead.
+STACK_TESTS := tests/deployments
 pytest: sync
-	$(RUN) pytest -q $(PYTEST_ARGS)
+	@if [ -n "$(PYTEST_ARGS)" ]; then exec $(RUN) pytest -q $(PYTEST_ARGS); fi; \
+	log=$$(mktemp); \
+	$(RUN) pytest -q -p no:cacheprovider $(STACK_TESTS) > "$$log" 2>&1 & stacks=$$!; \
+	$(RUN) pytest -q -p no:cacheprovider --ignore=$(STACK_TESTS); rest=$$?; \
+	wait $$stacks; stack_status=$$?; \
+	echo "== $(STACK_TESTS) (run beside the rest) =="; cat "$$log"; rm -f "$$log"; \
+	[ $$rest -eq 0 ] && [ $$stack_status -eq 0 ]
 
 # nginx (Debian's nginx-light) for the TLS proxy in front of Prefect (deployments/tls_proxy.py)
 # and its tests: installed when missing if we are root and have apt-get; otherwise it says what

@@ -1,10 +1,11 @@
 """Several real hosts (Linux network namespaces on a bridge): what docs/scaling.md promises.
 
-- The **server host** (the root namespace): PostgreSQL (the Prefect database), the Prefect API
-  and the sandbox, listening on the bridge address with Prefect's basic auth; the sandbox's
-  control API needs its token.
+- The **server host** (the root namespace): PostgreSQL (the Prefect database), the Prefect
+  server on loopback behind nginx (TLS with the test's own CA) on the bridge address, with
+  Prefect's basic auth, and the sandbox; the sandbox's control API needs its token.
 - Two **worker hosts**, each with its own PREFECT_HOME and state dir, reaching nothing but the
-  Prefect API and the (sandbox) Compliance API.
+  Prefect API (https, trusting the CA through PREFECT_API_SSL_CERT_FILE) and the (sandbox)
+  Compliance API.
 - A **stranger host** on the same network without any credential.
 
 The stranger is refused everywhere that lists, starts or reads something. A worker host cut
@@ -32,7 +33,7 @@ from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE, EventLogCheckpoin
 from deployments.resources import CRASH_MAX_ATTEMPTS_VARIABLE, PROJECT_DIR, WORK_POOL_NAME
 from deployments.stack import LocalStack, StackOptions
 from sandbox.control import SandboxControl
-from tests.fixtures.hosts import Host, Network
+from tests.fixtures.hosts import Host, Network, tcp_connect
 from tests.fixtures.stack import (
     ADD_TO_MANAGED,
     PROMOTE,
@@ -42,6 +43,7 @@ from tests.fixtures.stack import (
     run_deployment,
     state_of,
 )
+from tests.fixtures.tls import make_ca, nginx_or_skip
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -85,10 +87,17 @@ class Site:
 def site(
     netns_available: None, tmp_path_factory: pytest.TempPathFactory, postgres_databases: Any
 ) -> Iterator[Site]:
+    nginx_or_skip()
     with Network() as network:
+        certificates = tmp_path_factory.mktemp("tls")
+        ca = make_ca(certificates)
+        server = ca.issue(certificates, [network.address])
         options = StackOptions(
             state_dir=tmp_path_factory.mktemp("multi-host"),
             host=network.address,
+            tls_cert=server.cert_file,
+            tls_key=server.key_file,
+            tls_ca=ca.cert_file,
             prefect_port=None,
             sandbox_port=None,
             ui=False,
@@ -123,15 +132,22 @@ def site(
 
 PROBE = textwrap.dedent(
     """
-    import asyncio, base64, json, sys, urllib.error, urllib.request
+    import asyncio, base64, json, ssl, sys, urllib.error, urllib.request
     import websockets
+
+    # a stranger does not care whose certificate it is: it checks nothing
+    UNCHECKED = ssl.create_default_context()
+    UNCHECKED.check_hostname = False
+    UNCHECKED.verify_mode = ssl.CERT_NONE
 
     def http(method, url, body, auth):
         request = urllib.request.Request(url, method=method, data=body and body.encode())
         request.add_header("content-type", "application/json")
         if auth:
             request.add_header("authorization", "Basic " + base64.b64encode(auth.encode()).decode())
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=UNCHECKED)
+        )
         try:
             with opener.open(request, timeout=10) as response:
                 return response.status, response.read().decode()
@@ -140,7 +156,8 @@ PROBE = textwrap.dedent(
 
     async def websocket(url, token):
         try:
-            async with websockets.connect(url, open_timeout=10) as socket:
+            tls = UNCHECKED if url.startswith("wss:") else None
+            async with websockets.connect(url, open_timeout=10, ssl=tls) as socket:
                 if token is not None:
                     await socket.send(json.dumps({"type": "auth", "token": token}))
                 answer = await asyncio.wait_for(socket.recv(), 10)
@@ -186,7 +203,10 @@ def test_a_stranger_on_the_network_can_list_start_and_read_nothing(site: Site) -
         assert wrong == 401, f"{what} with a wrong password: {wrong}"
     assert probe(stranger, "http", "GET", f"{api}/health", None, None)[0] == 200  # no data
 
-    events = api.replace("http://", "ws://") + "/events/in"
+    assert api.startswith("https://")  # the stranger meets nginx, not Prefect
+    server_port = tcp_connect(stranger, site.network.address, stack.server_port, timeout=3)
+    assert not server_port.ok  # the Prefect server itself listens on loopback only
+    events = api.replace("https://", "wss://") + "/events/in"
     for token in (None, "admin:guessed"):
         outcome, detail = probe(stranger, "websocket", events, token)
         assert outcome != "open", f"events websocket with token {token!r}: {detail}"
