@@ -31,17 +31,23 @@ typecheck: sync
 
 # The stack tests (tests/deployments: real servers, workers and hosts) spend most of their time
 # waiting on Prefect's timers (crash detection, leases, heartbeats), so they run beside the rest
-# of the suite instead of after it: two pytest sessions at once, each with its own servers.
-# PYTEST_ARGS (e.g. a test file) runs one session with those arguments instead.
+# of the suite instead of after it: three pytest sessions at once, each with its own servers,
+# and each printing its own result (the slowest tests too). PYTEST_ARGS (e.g. a test file) runs
+# one session with those arguments instead.
 STACK_TESTS := tests/deployments
+LONG_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_scale_out.py test_replicas.py test_hosts.py)
+PYTEST_SESSION := $(RUN) pytest -q -p no:cacheprovider --durations=5
 pytest: sync
 	@if [ -n "$(PYTEST_ARGS)" ]; then exec $(RUN) pytest -q $(PYTEST_ARGS); fi; \
-	log=$$(mktemp); \
-	$(RUN) pytest -q -p no:cacheprovider $(STACK_TESTS) > "$$log" 2>&1 & stacks=$$!; \
-	$(RUN) pytest -q -p no:cacheprovider --ignore=$(STACK_TESTS); rest=$$?; \
-	wait $$stacks; stack_status=$$?; \
-	echo "== $(STACK_TESTS) (run beside the rest) =="; cat "$$log"; rm -f "$$log"; \
-	[ $$rest -eq 0 ] && [ $$stack_status -eq 0 ]
+	waits=$$(mktemp); stacks=$$(mktemp); \
+	$(PYTEST_SESSION) $(LONG_WAITS) > "$$waits" 2>&1 & waits_pid=$$!; \
+	$(PYTEST_SESSION) $(STACK_TESTS) $(addprefix --ignore=,$(LONG_WAITS)) > "$$stacks" 2>&1 & stacks_pid=$$!; \
+	$(PYTEST_SESSION) --ignore=$(STACK_TESTS); rest=$$?; \
+	wait $$waits_pid; waits_status=$$?; wait $$stacks_pid; stacks_status=$$?; \
+	echo "== $(LONG_WAITS) (run beside the rest) =="; cat "$$waits"; \
+	echo "== the other $(STACK_TESTS) tests (run beside the rest) =="; cat "$$stacks"; \
+	rm -f "$$waits" "$$stacks"; \
+	[ $$rest -eq 0 ] && [ $$waits_status -eq 0 ] && [ $$stacks_status -eq 0 ]
 
 # nginx (Debian's nginx-light) for the TLS proxy in front of Prefect (deployments/tls_proxy.py)
 # and its tests: installed when missing if we are root and have apt-get; otherwise it says what
