@@ -88,14 +88,20 @@ async def lose_after(sandbox: SandboxHandle, run_id: uuid.UUID, sent: int) -> No
     await crash_and_reschedule(run_id, reschedule=False)
 
 
+async def lost_first_attempt(sandbox: SandboxHandle, ids: list[str], sent: int) -> FlowRun:
+    """A promotion of ``ids`` whose first attempt is lost once ``sent`` calls were made."""
+    sandbox.control.set_fault(ROUTE, latency_ms=150)
+    run = await new_run(ids)
+    with pytest.raises(Abort, match="no longer this process's"):
+        await asyncio.gather(attempt(run), lose_after(sandbox, run.id, sent))
+    return run
+
+
 async def test_a_lost_attempt_stops_writing_and_proposes_no_state(
     flows_env: SandboxHandle, seed: dict[str, Any]
 ) -> None:
     ids = seed["discovered_vendors"][:30]
-    flows_env.control.set_fault(ROUTE, latency_ms=150)
-    run = await new_run(ids)
-    with pytest.raises(Abort, match="no longer this process's"):
-        await asyncio.gather(attempt(run), lose_after(flows_env, run.id, 4))
+    run = await lost_first_attempt(flows_env, ids, 4)
     state = await read_state(run.id)
     assert state.type is StateType.CRASHED  # not overwritten by a late Failed/Completed
     sent = writes(flows_env)
@@ -109,10 +115,7 @@ async def test_the_next_attempt_sends_nothing_the_lost_one_sent(
     flows_env: SandboxHandle, seed: dict[str, Any]
 ) -> None:
     ids = seed["discovered_vendors"][:24]
-    flows_env.control.set_fault(ROUTE, latency_ms=150)
-    run = await new_run(ids)
-    with pytest.raises(Abort):
-        await asyncio.gather(attempt(run), lose_after(flows_env, run.id, 6))
+    run = await lost_first_attempt(flows_env, ids, 6)
     first = writes(flows_env)
     await crash_and_reschedule(run.id)
     flows_env.control.clear_faults()
