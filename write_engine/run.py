@@ -307,8 +307,8 @@ async def _apply_attempt(
         if all(item.key() in done for item in unit)
     }
     record: SendRecord | None = None
+    in_flight = job.units_in_flight(concurrency)  # once: a job may set up its call slots here
     if attempt is not None:  # in a flow run: fence the writes, record them, resume
-        in_flight = job.units_in_flight(concurrency)
         verifiable = type(job).applied_by_lost_attempt is not WriteJob.applied_by_lost_attempt
         record = await SendRecord.open(  # the whole list: every attempt numbers it alike
             attempt,
@@ -322,7 +322,7 @@ async def _apply_attempt(
     todo = {index: unit for index, unit in enumerate(units) if index not in by_unit}
     if record is not None:
         record.plan(list(todo))
-    by_unit |= await _apply_all(job, client, todo, concurrency, progress, record)
+    by_unit |= await _apply_all(job, client, todo, in_flight, progress, record)
     if attempt is not None and attempt.lost is not None:
         raise AttemptLost(attempt.lost)
     if record is not None:
@@ -403,11 +403,11 @@ async def _apply_all(
     job: WriteJob[ItemT],
     client: ComplianceClient,
     units: dict[int, list[ItemT]],
-    concurrency: int,
+    in_flight: int,
     progress: Progress,
     record: SendRecord | None = None,
 ) -> dict[int, Sequence[AnyResult]]:
-    limiter = anyio.CapacityLimiter(job.units_in_flight(concurrency))
+    limiter = anyio.CapacityLimiter(in_flight)
     by_unit: dict[int, Sequence[AnyResult]] = {}
 
     async def run(index: int, unit: list[ItemT]) -> None:
