@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.__main__ import _foreign_cpu_md
 from bench.common import ForeignCpu
+from bench.report import foreign_cpu_note
 
 #: burns this many seconds of CPU, then exits
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {seconds}: pass\n"
@@ -44,11 +44,11 @@ def test_a_process_outside_the_benchmark_is_foreign(tmp_path: Path) -> None:
 
 
 def test_results_flag_a_busy_machine() -> None:
-    idle = _foreign_cpu_md({"seconds": 1.0, "share_of_cores": 0.01, "ours_seconds": 80.0})
-    busy = _foreign_cpu_md({"seconds": 30.0, "share_of_cores": 0.2, "ours_seconds": 80.0})
-    assert "1.0%" in idle[0] and "busy" not in idle[0]
-    assert "20.0%" in busy[0] and "The machine was busy" in busy[0]
-    assert _foreign_cpu_md(None) == []
+    idle = foreign_cpu_note({"seconds": 1.0, "share_of_cores": 0.01, "ours_seconds": 80.0})
+    busy = foreign_cpu_note({"seconds": 30.0, "share_of_cores": 0.2, "ours_seconds": 80.0})
+    assert "1.0%" in idle and "busy" not in idle
+    assert "20.0%" in busy and "The machine was busy" in busy
+    assert foreign_cpu_note(None) == ""
 
 
 def running(pid: int) -> bool:
@@ -68,7 +68,7 @@ def test_postgresql_serving_the_benchmark_is_not_foreign() -> None:
     with ForeignCpu() as plain:
         pass
     assert "database_seconds" not in plain.report()
-    line = _foreign_cpu_md(
+    line = foreign_cpu_note(
         {"seconds": 1.0, "share_of_cores": 0.01, "ours_seconds": 80.0, "database_seconds": 4.0}
-    )[0]
+    )
     assert "PostgreSQL serving its database 4.0 s" in line

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.burst import judge_replicas, target_checks, targets_met
-from tests.bench.test_compare import burst_run
+from tests.bench.test_report import burst_run
 
 
 def sides(postgresql_wall: float | None, replicas_wall: float | None) -> dict[str, Any]:

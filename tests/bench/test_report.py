@@ -1,12 +1,14 @@
-"""SQLite vs PostgreSQL in RESULTS.md (bench/compare.py) and the burst's own bookkeeping and
-targets (bench/burst.py): a target is met only on numbers that show it, never on a missing one."""
+"""RESULTS.md generated from the raw runs (bench/report.py), the SQLite vs PostgreSQL targets
+in its tables, and the burst's own bookkeeping and targets (bench/burst.py): a target is met
+only on numbers that show it, never on a missing one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from bench.__main__ import render
+from bench.__main__ import main
 from bench.burst import (
     counts_since,
     log_counts,
@@ -16,19 +18,50 @@ from bench.burst import (
     targets_missed,
     traceback_errors,
 )
-from bench.compare import MET, MISSED, UNKNOWN, comparison_md, comparison_rows
+from bench.report import (
+    MET,
+    MISSED,
+    RECENT_RUNS,
+    UNKNOWN,
+    comparison_rows,
+    load,
+    record,
+    render,
+)
+from bench.streaming_reads import CASES
 
-HEADER = {
-    "date": "2026-01-01 00:00 UTC",
-    "cpus": 2,
-    "ram_gb": 8.0,
-    "python": "3.11",
-    "platform": "Linux",
-    "prefect": "3.8",
-    "httpx": "0.28",
-    "load_average": [0.1, 0.1, 0.1],
-    "bytecode_disabled_by_env": False,
-}
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+MACHINE = {"cpus": 2, "ram_gb": 8.0, "python": "3.11", "prefect": "3.8", "httpx": "0.28"}
+
+
+def entry(benchmark: str, result: dict[str, Any], day: int = 1, **changes: Any) -> dict[str, Any]:
+    """A run as bench/__main__.py records it in bench/runs.json."""
+    return {
+        "benchmark": benchmark,
+        "date": f"2026-01-{day:02} 00:00 UTC",
+        "commit": None,
+        "quick": False,
+        "machine": MACHINE,
+        "result": result,
+    } | changes
+
+
+def page(results: dict[str, dict[str, Any]]) -> str:
+    """RESULTS.md for one run of each benchmark in ``results``."""
+    return render([entry(name, result) for name, result in results.items()])
+
+
+def table(text: str, title: str) -> dict[str, dict[str, str]]:
+    """The table of the section whose heading starts with ``title``: its rows by measure, each
+    row's cells by column header."""
+    section = text.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+
+    def cells(line: str) -> list[str]:
+        return [part.strip() for part in line.strip().strip("|").split("|")]
+
+    header = cells(lines[0])
+    return {cells(line)[0]: dict(zip(header, cells(line), strict=True)) for line in lines[2:]}
 
 
 def burst_run(size: int = 400, wall: float | None = 30.0, **changes: Any) -> dict[str, Any]:
@@ -226,8 +259,9 @@ def test_token_wait_target_is_judged_on_the_broker_wait_and_the_task_call_is_sho
     assert (wait["postgresql"], wait["verdict"]) == (600.0, MET)
     call = next(row for measure, row in rows.items() if "task call p99" in measure)
     assert (call["sqlite"], call["postgresql"], call["verdict"]) == (2500.0, 1800.0, "")
-    text = render(results, HEADER, quick=False)
-    assert "token task call p99 ms" in text and "| 600.0 |" in text and "| 1800.0 |" in text
+    shown = table(page(results), "2. Token contention")
+    assert shown[wait["measure"]]["PostgreSQL"] == "600.0"
+    assert shown[call["measure"]]["PostgreSQL"] == "1800.0"
 
 
 def test_a_row_from_before_the_broker_wait_was_measured_is_not_judged_on_it() -> None:
@@ -263,12 +297,56 @@ def test_results_md_opens_with_the_comparison_and_keeps_every_section() -> None:
             burst_side(burst_run(40, 12.0)), {"backend": "postgresql", "error": "Traceback: boom"}
         ),
     }
-    text = render(results, HEADER, quick=False)
+    text = page(results)
     assert text.index("SQLite vs PostgreSQL") < text.index("## 2. Token contention")
+    summary = text.split("## SQLite vs PostgreSQL", 1)[1].split("\n## ", 1)[0]
+    assert "Targets: " in summary
     assert "## 5. Bursts" in text and "Traceback: boom" in text
-    assert "| shared | PostgreSQL | local | 40 | 0 |" in text
-    summary = comparison_md(results, 0.05)
-    assert any("Targets:" in line for line in summary)
+    tokens_table = table(text, "2. Token contention")
+    assert tokens_table["token contention (local store): flow runs"]["PostgreSQL"] == "40"
+    assert tokens_table["token contention (local store): lost runs (not Completed)"] == {
+        "measure": "token contention (local store): lost runs (not Completed)",
+        "SQLite": "0",
+        "PostgreSQL": "0",
+        "naive (no Prefect)": "0",
+        "SQLite / PostgreSQL": "–",
+        "target": "0 on both",
+        "verdict": MET,
+    }
+    bursts = table(text, "5. Bursts")
+    wall = bursts["burst of 40: wall time, bridge run created -> every vendor managed (s)"]
+    assert (wall["SQLite"], wall["PostgreSQL"]) == ("12.0", "failed")
+
+
+def test_each_benchmark_has_one_table_and_the_page_says_how_to_rerun() -> None:
+    demo = {"demo_exit_ok": True, "demo_wall_seconds": 16.0, "plain_wall_seconds": 1.0}
+    reads = {
+        "rows": [
+            {
+                "case": c,
+                "size": 10000,
+                "items": 10000,
+                "seconds": 1.0,
+                "rss_growth_mb": 1.0,
+                "api_calls": 101,
+            }
+            for c in CASES
+        ]
+    }
+    text = page(
+        {
+            "add_people": {"backends": {"sqlite": {"summary": {"marginal_ratio": 1.1}}}},
+            "token_contention": tokens(token_row("sqlite", "local", 300.0)),
+            "streaming_reads": reads,
+            "demo_cold_start": demo | {"demo_to_plain_ratio": 16.0, "phases_seconds": {"a": 1}},
+            "burst": burst(burst_side(burst_run(400, 30.0)), {}),
+        }
+    )
+    sections = text.split("\n## ")[1:]
+    assert [s.split(".")[0] for s in sections[1:]] == ["1", "2", "3", "4", "5"]
+    for section in sections[1:]:
+        assert sum(line.startswith("|---") for line in section.splitlines()) == 1, section
+    assert "make bench" in text and "--only NAME" in text and "runs.json" in text
 
 
 def test_results_md_has_a_burst_row_per_backend_and_size_next_to_its_targets() -> None:
@@ -286,29 +364,44 @@ def test_results_md_has_a_burst_row_per_backend_and_size_next_to_its_targets() -
             ),
         )
     }
-    text = render(results, HEADER, quick=False)
-    lines = text.splitlines()
-    header = next(line for line in lines if line.startswith("| Prefect server | workers"))
-    assert header.split(" | ")[3:11] == [
-        "wall s",
+    text = page(results)
+    shown = table(text, "5. Bursts")
+    cells = {
+        (size, measure): (row["SQLite"], row["PostgreSQL"], row["target"], row["verdict"])
+        for label, row in shown.items()
+        if label.startswith("burst of ")
+        for size, measure in [label.removeprefix("burst of ").split(": ", 1)]
+    }
+    measures = [measure for size, measure in cells if size == "400"]
+    assert measures == [measure for size, measure in cells if size == "40"]
+    assert measures == [
+        "wall time, bridge run created -> every vendor managed (s)",
         "promotion runs",
-        "managed twice",
-        "not managed",
-        "db locked",
-        "tracebacks",
-        "mints",
-        "401s",
+        "promotion runs not Completed",
+        "vendors managed twice / not managed",
+        '"database is locked" / tracebacks in the logs',
+        "token mints / 401s",
+        "runs started again after a crash",
+        "bridge run",
     ]
-    rows = [line for line in lines if line.startswith(("| SQLite |", "| PostgreSQL |"))]
-    assert len(rows) == 4
-    assert rows[0].startswith("| SQLite | 1 | 40 | 12.0 | 1 (COMPLETED 1) | 0 | 0 | 0 | 0 | 1 | 0")
-    assert rows[0].endswith("| – |")  # no target for 40 vendors
-    assert rows[1].startswith("| SQLite | 1 | 400 | 75.5 | 2 (COMPLETED 2) | 0 | 0 | 2 | 1 |")
+    # per size a row per measure, a cell per backend; the targets only for 400 vendors
+    assert cells[("40", measures[0])] == ("12.0", "9.0", "", "")
+    assert cells[("40", measures[1])] == ("1", "2", "", "")
+    assert cells[("40", measures[5])] == ("1 / 0", "1 / 0", "", "")
+    assert cells[("400", measures[0])][:2] == ("75.5", "31.0")
+    assert cells[("400", measures[0])][3] == MISSED  # 75.5 s > 60 s on SQLite
+    assert cells[("400", measures[3])] == ("0 / 0", "0 / 0", "0 / 0 on each", MET)
+    assert cells[("400", measures[4])][:2] == ("2 / 1", "0 / 0")
+    assert cells[("400", measures[4])][3] == MISSED
+    assert cells[("400", measures[6])][:2] == ("0", "1")
+    assert cells[("400", measures[7])][:2] == ("COMPLETED", "COMPLETED")
+    assert shown["workers"]["SQLite"] == "1" and shown["workers"]["PostgreSQL"] == "3"
+    # which targets each backend missed, as the issue words them
     assert (
-        '**MISSED**: every vendor managed within 60 s; 0 "database is locked"; 0 tracebacks'
-        in rows[1]
+        '* SQLite, 400 vendors: **MISSED**: every vendor managed within 60 s; 0 "database is '
+        'locked"; 0 tracebacks' in text
     )
-    assert rows[3].startswith("| PostgreSQL | 3 | 400 | 31.0 |") and rows[3].endswith("| met |")
+    assert "PostgreSQL, 400 vendors: **MISSED**" not in text
     assert "run brave-fox ended CRASHED (runs: 2): killed" in text
     assert "redeliver" not in text.lower()
 
@@ -378,9 +471,7 @@ def test_each_traceback_is_named_by_the_error_it_ended_with(tmp_path: Path) -> N
             burst_side(burst_run(40, tracebacks=2, traceback_errors={"ValueError: tz": 2})), {}
         )
     }
-    assert "SQLite, 40 vendors: 2 traceback(s) ending `ValueError: tz`" in render(
-        results, HEADER, quick=False
-    )
+    assert "SQLite, 40 vendors: 2 traceback(s) ending `ValueError: tz`" in page(results)
 
 
 def test_token_rows_count_lost_runs_and_the_waits_of_the_runs_that_got_a_token() -> None:
@@ -412,3 +503,117 @@ def test_token_rows_count_lost_runs_and_the_waits_of_the_runs_that_got_a_token()
     assert naive["wait_p99_ms"] == 200.0 and naive["task_call_p99_ms"] is None
     assert row["lost_reasons"] == ["CRASHED: x"]
     assert row["wall_seconds"] == 3.2
+
+
+def add_people(sqlite: float, postgresql: float, calls: int = 100) -> dict[str, Any]:
+    """An add-people result: the marginal ratios and one run per backend."""
+    run = {"mode": "flow", "size": 10000, "peak_rss_mb": 100.0, "token_mints": 1}
+    run |= {"api_calls": calls, "expected_calls": 100, "people_added_once": 10000}
+    run["people_added_twice_or_more"] = 0
+
+    def side(ratio: float) -> dict[str, Any]:
+        return {"config": {}, "summary": {"marginal_ratio": ratio}, "runs": [run]}
+
+    return {"backends": {"sqlite": side(sqlite), "postgresql": side(postgresql)}}
+
+
+def test_a_cell_is_the_median_of_the_recent_runs_with_their_range() -> None:
+    entries = [
+        entry("add_people", add_people(1.30, 1.30), day=1),  # older than the last 5: left out
+        entry("add_people", add_people(1.10, 1.05), day=2),
+        entry("add_people", add_people(1.00, 1.12, calls=101), day=3),
+        entry("add_people", add_people(1.20, 1.08), day=4),
+        entry("add_people", add_people(1.10, 1.07), day=5),
+        entry("add_people", add_people(1.05, 1.09), day=6),
+        entry("add_people", add_people(9.0, 9.0), day=7, quick=True),  # a smoke test
+    ]
+    assert RECENT_RUNS == 5
+    text = render(entries)
+    rows = table(text, "1. Bulk add-people")
+    ratio = rows["add-people: marginal cost ratio flow / plain"]
+    assert ratio["SQLite"] == "1.1 (1.0–1.2)"
+    assert ratio["PostgreSQL"] == "1.08 (1.05–1.12)"
+    # judged on each run: 1.12 on day 3 misses <= 1.10
+    assert ratio["verdict"] == f"{MISSED} in 1 of 5 runs"
+    checks = next(row for label, row in rows.items() if "ceil(N/100)" in label)
+    assert checks["SQLite"] == "0 (0–1) / 0 / 0"  # one run of five made 101 calls
+    assert checks["verdict"] == f"{MISSED} in 1 of 5 runs"
+    assert "2026-01-06 00:00 UTC, 2026-01-05" in text and "2026-01-01" not in text
+    # met only if every run met it
+    met = render([entry("add_people", add_people(1.0, r), day=d) for d, r in ((1, 1.0), (2, 1.1))])
+    assert table(met, "1. Bulk")["add-people: marginal cost ratio flow / plain"]["verdict"] == (
+        f"{MET} in 2 of 2 runs"
+    )
+    # a benchmark with only smoke-test runs shows them, and says so
+    quick = render([entry("add_people", add_people(9.0, 9.0), quick=True)])
+    assert "(--quick)" in quick and "| 9.0 | 9.0 |" in quick
+
+
+def test_a_run_that_failed_is_shown_failed_and_is_not_judged() -> None:
+    entries = [
+        entry("add_people", add_people(1.0, 1.05), day=1),
+        entry("add_people", {"backends": {"sqlite": {"error": "boom"}, "postgresql": {}}}, day=2),
+    ]
+    ratio = table(render(entries), "1. Bulk")["add-people: marginal cost ratio flow / plain"]
+    assert ratio["SQLite"] == "1.0; 1x failed" and ratio["PostgreSQL"] == "1.05"
+    assert ratio["verdict"] == f"{UNKNOWN} in 1 of 2 runs"
+
+
+def test_streaming_reads_pool_the_repeats_and_judge_the_flow_against_its_baseline() -> None:
+    def rows(case: str, size: int, *seconds: float, growth: float = 1.0) -> list[dict[str, Any]]:
+        return [
+            {
+                "case": case,
+                "size": size,
+                "items": size,
+                "seconds": value,
+                "rss_growth_mb": growth + index,
+                "api_calls": size // 100 + 1,
+            }
+            for index, value in enumerate(seconds)
+        ]
+
+    runs = (
+        rows("httpx-events", 10_000, 1.0, 1.0)
+        + rows("export", 10_000, 1.5, 2.5)
+        + rows("httpx-events", 100_000, 10.0, 12.0, 11.0)
+        + rows("export", 100_000, 25.0, 21.0, 23.0)
+        + rows("httpx-events", 1_000_000, 100.0)
+        + rows("export", 1_000_000, 240.0, growth=40.0)
+    )
+    shown = table(page({"streaming_reads": {"rows": runs}}), "3. Streaming reads")
+    assert shown["export: seconds"]["100,000 items"] == "23.0 (21.0–25.0)"
+    assert shown["export: seconds"]["10,000 items"] == "2.0 (1.5–2.5)"
+    ratio = shown["export time / httpx-events time"]
+    assert (ratio["10,000 items"], ratio["100,000 items"]) == ("2.0", "2.09")
+    assert ratio["verdict"] == MISSED  # 23 / 11 > 2 at 100,000 items
+    growth = shown["export: peak RSS growth at 1,000,000 minus at 100,000 (MB)"]
+    assert (growth["1,000,000 items"], growth["verdict"]) == ("37.0", MISSED)  # 40 - (1 + 2)
+    slower = shown["export: time at 1,000,000 / at 100,000 (10x the items)"]
+    assert (slower["1,000,000 items"], slower["verdict"]) == ("10.43", MET)
+
+
+def test_each_run_is_appended_to_the_runs_file_and_the_page_rendered_from_it(
+    tmp_path: Path,
+) -> None:
+    runs, output = tmp_path / "runs.json", tmp_path / "RESULTS.md"
+    record(runs, entry("add_people", add_people(1.0, 1.05), day=1))
+    record(runs, entry("add_people", add_people(1.2, 1.07), day=2))
+    assert [e["date"] for e in load(runs)] == ["2026-01-01 00:00 UTC", "2026-01-02 00:00 UTC"]
+    assert main(["--render-only", "--runs", str(runs), "--output", str(output)]) == 0
+    assert output.read_text() == render(load(runs))
+    assert "| 1.1 (1.0–1.2) | 1.06 (1.05–1.07) |" in output.read_text()
+
+
+def test_results_md_is_what_the_recorded_runs_render_to() -> None:
+    text = (BENCH / "RESULTS.md").read_text()
+    entries = json.loads((BENCH / "runs.json").read_text())
+    assert text == render(entries)
+    assert len(text.splitlines()) < 300
+    assert {e["benchmark"] for e in entries} == {
+        "add_people",
+        "token_contention",
+        "streaming_reads",
+        "demo_cold_start",
+        "burst",
+    }
