@@ -202,27 +202,67 @@ def read_input_file(
     """
     path = Path(input_file).expanduser()
     text = _read_text(path)
-    names = _Names(path, columns, column_prefixes)
     suffix = path.suffix.lower()
-    if suffix == ".json":
-        records = _json_records(path, text, scalar_field)
-        for where, record in records:
-            names.check_record(where, record)
-    elif suffix == ".csv":
-        header, records = _csv_records(path, text)
-        names.check_header(header, required)
-    else:
+    if suffix not in (".csv", ".json"):
         raise InputError("input_file", str(path), "must be a .csv or .json file")
-    if not records:
-        raise InputError("input_file", str(path), "has no items")
-    return records
+    source = _Source("input_file", str(path), text, suffix == ".json", "")
+    return source.records(columns, required, column_prefixes, scalar_field)
+
+
+def read_pasted_rows(
+    text: str,
+    *,
+    columns: Sequence[str],
+    required: Sequence[str],
+    column_prefixes: Sequence[str] = (),
+    scalar_field: str | None = None,
+) -> list[tuple[str, Record]]:
+    """The records of rows pasted into the run form: a JSON list if the text starts with ``[``,
+    else CSV with a header row. Checked exactly as a file of that kind is."""
+    text = text.strip().removeprefix("\ufeff")
+    lines = text.count("\n") + 1 if text else 0
+    shown = f"pasted text ({lines} line(s))"
+    return _Source("pasted_rows", shown, text, text.startswith("["), "pasted ").records(
+        columns, required, column_prefixes, scalar_field
+    )
+
+
+@dataclass(frozen=True)
+class _Source:
+    """The text of a file or of pasted rows, and how its errors name it."""
+
+    field: str
+    shown: str
+    text: str
+    is_json: bool
+    #: what a record's position starts with: "" for a file (``row 4``), "pasted " for pasted
+    prefix: str
+
+    def records(
+        self,
+        columns: Sequence[str],
+        required: Sequence[str],
+        column_prefixes: Sequence[str],
+        scalar_field: str | None,
+    ) -> list[tuple[str, Record]]:
+        names = _Names(self, columns, column_prefixes)
+        if self.is_json:
+            records = _json_records(self, scalar_field)
+            for where, record in records:
+                names.check_record(where, record)
+        else:
+            header, records = _csv_records(self)
+            names.check_header(header, required)
+        if not records:
+            raise InputError(self.field, self.shown, "has no items")
+        return records
 
 
 class _Names:
-    """Which column names / JSON keys an input file may use (a typo must not be ignored)."""
+    """Which column names / JSON keys an input may use (a typo must not be ignored)."""
 
-    def __init__(self, path: Path, columns: Sequence[str], prefixes: Sequence[str]) -> None:
-        self.path = path
+    def __init__(self, source: _Source, columns: Sequence[str], prefixes: Sequence[str]) -> None:
+        self.source = source
         self.columns = list(columns)
         self.prefixes = tuple(prefixes)
 
@@ -233,15 +273,15 @@ class _Names:
         for column in required:
             if column not in header:
                 raise InputError(
-                    "input_file",
-                    str(self.path),
+                    self.source.field,
+                    self.source.shown,
                     f"has no column {column!r} (columns found: {', '.join(header)})",
                 )
         unknown = [name for name in header if not self.allowed(name)]
         if unknown:
             raise InputError(
-                "input_file",
-                str(self.path),
+                self.source.field,
+                self.source.shown,
                 f"has unknown column(s) {', '.join(map(repr, unknown))}; "
                 f"expected: {', '.join(self.columns)}",
             )
@@ -272,18 +312,18 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _json_records(path: Path, text: str, scalar_field: str | None) -> list[tuple[str, Record]]:
+def _json_records(source: _Source, scalar_field: str | None) -> list[tuple[str, Record]]:
     try:
-        data = json.loads(text)
+        data = json.loads(source.text)
     except json.JSONDecodeError as exc:
         raise InputError(
-            "input_file", str(path), f"is not valid JSON (line {exc.lineno}: {exc.msg})"
+            source.field, source.shown, f"is not valid JSON (line {exc.lineno}: {exc.msg})"
         ) from None
     if not isinstance(data, list):
-        raise InputError("input_file", str(path), "must hold a JSON list of items")
+        raise InputError(source.field, source.shown, "must hold a JSON list of items")
     records = []
     for index, value in enumerate(data, start=1):
-        where = f"item {index}"
+        where = f"{source.prefix}item {index}"
         records.append((where, _record(value, scalar_field, where)))
     return records
 
@@ -297,17 +337,17 @@ def _record(value: Any, scalar_field: str | None, where: str) -> Record:
     raise InputError(where, value, f"must be {expected}")
 
 
-def _csv_records(path: Path, text: str) -> tuple[list[str], list[tuple[str, Record]]]:
+def _csv_records(source: _Source) -> tuple[list[str], list[tuple[str, Record]]]:
     """Rows as records of their non-empty (stripped) cells, numbered by their last line.
 
     A plain ``csv.reader`` with one dict per row (a bulk file holds 100,000 rows); it reads
     exactly as ``csv.DictReader`` would, repeated column names included (the later cell wins).
     """
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(source.text, newline=""))
     try:
         names = next(reader, None) or []
         if not names:
-            raise InputError("input_file", str(path), "is empty (a CSV file needs a header row)")
+            raise InputError(source.field, source.shown, "is empty (CSV needs a header row)")
         header = [name.strip() for name in names]
         width = len(header)
         unique = len(set(names)) == len(set(header)) == width
@@ -315,14 +355,14 @@ def _csv_records(path: Path, text: str) -> tuple[list[str], list[tuple[str, Reco
         for row in reader:
             if not row:  # a blank line is not an item
                 continue
-            where = f"row {reader.line_num}"
+            where = f"{source.prefix}row {reader.line_num}"
             if len(row) > width:
                 raise InputError(where, row[width:], "has more cells than the header has columns")
             given = _cells(header, row) if unique else _cells_of_repeated_columns(names, row)
             if given:  # a row of empty cells is not an item
                 records.append((where, given))
     except csv.Error as exc:
-        raise InputError("input_file", str(path), f"is not valid CSV: {exc}") from None
+        raise InputError(source.field, source.shown, f"is not valid CSV: {exc}") from None
     return header, records
 
 
@@ -349,20 +389,21 @@ def collect_records(
     column_prefixes: Sequence[str] = (),
     scalar_field: str | None = None,
     allow_empty: bool = False,
+    pasted_rows: str | None = None,
 ) -> list[tuple[str, Record]]:
-    """Records from the parameters and/or the file (both may be given); neither is an error
-    unless ``allow_empty`` (a run that also takes its items from the audit log)."""
+    """Records from the parameters, the file and/or the pasted rows (any may be given); none is
+    an error unless ``allow_empty`` (a run that also takes its items from the audit log)."""
     records = list(inline or [])
+    rules: dict[str, Any] = {
+        "columns": columns,
+        "required": required,
+        "column_prefixes": column_prefixes,
+        "scalar_field": scalar_field,
+    }
     if input_file:
-        records.extend(
-            read_input_file(
-                input_file,
-                columns=columns,
-                required=required,
-                column_prefixes=column_prefixes,
-                scalar_field=scalar_field,
-            )
-        )
+        records.extend(read_input_file(input_file, **rules))
+    if pasted_rows and pasted_rows.strip():
+        records.extend(read_pasted_rows(pasted_rows, **rules))
     if not records and not allow_empty:
         raise InputError("input", None, f"no items: give {what}")
     return records

@@ -147,7 +147,7 @@ def test_csv_rows_read_as_dict_reader_reads_them(text: str) -> None:
     import csv
     import io
 
-    from write_engine.inputs import _csv_records
+    from write_engine.inputs import _csv_records, _Source
 
     reader = csv.DictReader(io.StringIO(text, newline=""))
     expected = []
@@ -155,7 +155,8 @@ def test_csv_rows_read_as_dict_reader_reads_them(text: str) -> None:
         cells = {name.strip(): (value or "").strip() for name, value in row.items()}
         if given := {name: value for name, value in cells.items() if value}:
             expected.append((f"row {reader.line_num}", given))
-    assert _csv_records(Path("people.csv"), text)[1] == expected
+    source = _Source("input_file", "people.csv", text, is_json=False, prefix="")
+    assert _csv_records(source)[1] == expected
 
 
 def test_bulk_validation_still_names_the_first_bad_row(tmp_path: Path) -> None:
@@ -186,3 +187,72 @@ def test_a_questionnaire_tag_given_twice_is_sent_once() -> None:
     assert item.tags == ["c:t", "c:u"]
     tags = item.assignment_update().tag_and_category_ids or []
     assert [(tag.category_id, tag.tag_id) for tag in tags] == [("c", "t"), ("c", "u")]
+
+
+# --------------------------------------------------------------------------- pasted rows
+PEOPLE_CSV = "person_id,group_id\np-1,g-1\np-2,\n\np-3,g-2\n"
+
+
+@pytest.mark.parametrize(
+    "pasted",
+    [
+        PEOPLE_CSV,
+        "\ufeff" + PEOPLE_CSV.replace("\n", "\r\n") + "\n\n",  # a spreadsheet's copy
+        '[{"person_id": "p-1", "group_id": "g-1"}, "p-2", {"person_id": "p-3", "group_id": "g-2"}]',
+    ],
+    ids=["csv", "csv-from-a-spreadsheet", "json"],
+)
+def test_pasted_rows_give_the_same_plan_as_the_same_file(tmp_path: Path, pasted: str) -> None:
+    from flows.add_people_to_groups import GroupMembership
+    from write_engine.approval import plan_counts, plan_digest
+
+    from_file = read_membership_items(["g-9"], None, write(tmp_path, "p.csv", PEOPLE_CSV))
+    from_paste = read_membership_items(["g-9"], None, None, pasted)
+    assert from_paste == from_file
+    assert plan_digest(from_paste.items) == plan_digest(from_file.items)
+    job = GroupMembership()
+    assert plan_counts(from_paste.items, job.plan_groups) == {
+        "group g-1": 1,
+        "group g-9": 1,
+        "group g-2": 1,
+    }
+
+
+def test_pasted_rows_and_a_file_are_combined_and_deduplicated(tmp_path: Path) -> None:
+    path = write(tmp_path, "v.csv", "discovered_vendor_id\nv-1\nv-2\n")
+    parsed = read_vendor_items(["v-0"], path, pasted_rows="discovered_vendor_id\nv-2\nv-3\n")
+    assert [i.discovered_vendor_id for i in parsed.items] == ["v-0", "v-1", "v-2", "v-3"]
+    assert parsed.duplicates == ["v-2"]
+
+
+def test_blank_pasted_rows_count_as_none() -> None:
+    with pytest.raises(InputError, match="no items: give discovered_vendor_ids"):
+        read_vendor_items(None, None, pasted_rows="  \n ")
+
+
+def test_a_plan_digest_changes_with_any_field_not_only_the_key() -> None:
+    from write_engine.approval import plan_digest
+
+    first = read_link_items([{"document_id": "d-1", "url": "https://e.x/a", "title": "A"}], None)
+    second = read_link_items([{"document_id": "d-1", "url": "https://e.x/a", "title": "B"}], None)
+    assert first.items[0].key() == second.items[0].key()
+    assert plan_digest(first.items) != plan_digest(second.items)
+
+
+def test_account_tag_plans_count_per_tag_and_removal() -> None:
+    from flows.account_tags import AccountTags
+    from write_engine.approval import plan_counts
+
+    parsed = read_account_items(
+        [
+            {"account_id": "a-1", "tags": {"c-1": ["t-1", "t-2"]}},
+            {"account_id": "a-2", "tags": {"c-1": ["t-1"], "c-2": []}, "name": "Acme"},
+        ],
+        None,
+    )
+    assert plan_counts(parsed.items, AccountTags().plan_groups) == {
+        "category c-1: tag t-1": 2,
+        "category c-1: tag t-2": 1,
+        "category c-2: remove all": 1,
+        "name, email domain or custom fields": 1,
+    }
