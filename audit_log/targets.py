@@ -26,6 +26,7 @@ from audit_log.reading import iter_new_pages
 from runtime.attempts import abort_if_lost
 from runtime.connection import compliance_client
 from tasks.event_logs import load_log_checkpoint, save_log_checkpoint
+from write_engine.approval import NO_APPROVAL, ApprovalPolicy
 from write_engine.inputs import ItemT, ParsedItems, split_identifiers
 from write_engine.outcomes import RunSummary
 from write_engine.run import WriteJob, run_write_job, unusable_id
@@ -116,11 +117,13 @@ async def run_on_new_targets(
     *,
     dry_run: bool,
     concurrency: int,
+    approval: ApprovalPolicy = NO_APPROVAL,
 ) -> RunSummary | State[Any]:
     """Run ``job`` on the items ``parse`` makes of the new targets' ids, then ``commit``.
 
     An id no URL path can carry is a failed row of the run, not a stop: it would otherwise
-    stop every later run at the same checkpoint. A dry run leaves the checkpoint alone.
+    stop every later run at the same checkpoint. A dry run, or a plan rejected by its approver,
+    leaves the checkpoint alone (the next run plans those entries again).
     """
     found = await read_new_targets(source)
     ids, unusable = split_identifiers(found.ids)
@@ -132,7 +135,9 @@ async def run_on_new_targets(
         concurrency=concurrency,
         carried=[unusable_id(value) for value in unusable],
         done=done,
+        approval=approval,
     )
-    if not dry_run:
+    rejected = isinstance(outcome, State) and outcome.is_cancelled()
+    if not dry_run and not rejected:
         await commit(found)
     return outcome

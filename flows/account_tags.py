@@ -22,6 +22,7 @@ from compliance_api.errors import InputError
 from compliance_api.models import AccountUpdate, CustomerTrustAccount
 from runtime.form import Maybe, title
 from tasks.accounts import list_tag_categories, read_tag_category, update_account
+from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -150,6 +151,16 @@ class AccountTags(WriteJob[AccountTagsInput]):
                             item=item.label(),
                         )
 
+    def plan_groups(self, item: AccountTagsInput) -> list[str]:
+        """Per tag set (a removal counts under its category), plus other field changes."""
+        groups = [
+            f"category {category}: tag {tag}" if tag else f"category {category}: remove all"
+            for category, tags in item.tags.items()
+            for tag in tags or [""]
+        ]
+        others = item.name or item.email_domain or item.custom_fields
+        return groups + (["name, email domain or custom fields"] if others else [])
+
     def plan(self, unit: Sequence[AccountTagsInput]) -> list[ItemResult]:
         return [
             ItemResult(
@@ -272,16 +283,19 @@ def _fold_row(
 
 
 def read_account_items(
-    accounts: list[dict[str, Any]] | None, input_file: str | None
+    accounts: list[dict[str, Any]] | None,
+    input_file: str | None,
+    pasted_rows: str | None = None,
 ) -> ParsedItems[AccountTagsInput]:
     inline = [(f"accounts[{index}]", dict(value)) for index, value in enumerate(accounts or [])]
     records = collect_records(
         inline,
         input_file,
-        what="accounts or input_file",
+        what="accounts, input_file or pasted_rows",
         columns=COLUMNS,
         required=CSV_REQUIRED,
         column_prefixes=[CUSTOM_FIELD_PREFIX],
+        pasted_rows=pasted_rows,
     )
     folded, repeats = _account_records(records)
     parsed = dedupe(parse_items(AccountTagsInput, folded))
@@ -295,8 +309,13 @@ def read_account_items(
 async def update_account_tags(
     accounts: Annotated[Maybe[list[dict[str, Any]]], title("Accounts")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,
+    pasted_rows: Annotated[Maybe[str], title("Pasted rows (CSV or JSON)")] = None,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    require_approval: Annotated[bool, title("Require approval")] = False,
+    approval_deadline_hours: Annotated[
+        DeadlineHours, title("Approval deadline (hours)")
+    ] = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Set tags per category (and optionally name, email domain, custom fields) on accounts.
 
@@ -312,8 +331,22 @@ async def update_account_tags(
             category: account_id, category_id, tag_ids (separated by ';', or NONE to remove
             all of the category's tags), optional name, email_domain and custom_field:<label>
             columns; or of a JSON list of account objects as above.
+        pasted_rows: Rows pasted into this form, e.g. from a spreadsheet: CSV with a header
+            row and the columns of input_file, or a JSON list of account objects. Checked
+            exactly as a file is.
         dry_run: Only report what would change; nothing is written.
         concurrency: How many accounts are updated at the same time (1 to 32).
+        require_approval: Publish the plan and wait, suspended (no worker is held), until
+            someone approves or rejects it with the run's Resume button; only a run of a
+            deployment can wait. Rejected or unanswered: nothing is sent.
+        approval_deadline_hours: With require_approval: how long the plan waits for a
+            decision before the run fails, nothing sent (default 24).
     """
-    parsed = read_account_items(accounts, input_file)
-    return await run_write_job(AccountTags(), parsed, dry_run=dry_run, concurrency=concurrency)
+    parsed = read_account_items(accounts, input_file, pasted_rows)
+    return await run_write_job(
+        AccountTags(),
+        parsed,
+        dry_run=dry_run,
+        concurrency=concurrency,
+        approval=ApprovalPolicy(require_approval, approval_deadline_hours),
+    )

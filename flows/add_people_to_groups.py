@@ -26,6 +26,7 @@ from runtime.form import Maybe, title
 from runtime.task_inputs import unwalked
 from tasks.event_logs import logged_targets
 from tasks.groups import PersonAnswer, add_people_to_group
+from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -100,6 +101,9 @@ class GroupMembership(WriteJob[GroupMembershipInput]):
             if all(item.person_id in added.get(item.group_id, ()) for item in unit)
         }
 
+    def plan_groups(self, item: GroupMembershipInput) -> tuple[str]:
+        return (f"group {item.group_id}",)
+
     def plan(self, unit: Sequence[GroupMembershipInput]) -> list[Done]:
         reason = f"would add in one call with {len(unit) - 1} other(s)"
         return [Done(item.label(), Outcome.PLANNED, reason) for item in unit]
@@ -161,14 +165,17 @@ PERSON_FIELDS = ["person_id", "group_id"]
 
 
 def read_membership_items(
-    group_ids: list[str] | None, person_ids: list[str] | None, input_file: str | None
+    group_ids: list[str] | None,
+    person_ids: list[str] | None,
+    input_file: str | None,
+    pasted_rows: str | None = None,
 ) -> ParsedItems[GroupMembershipInput]:
     """Pairs of (group, person).
 
     Inline: every person in ``person_ids`` goes into every group in ``group_ids``. From a file:
     CSV columns ``person_id`` and optional ``group_id``, or a JSON list of person ids or of
-    ``{"person_id", "group_id"?}`` objects; a row without a group goes into every group of
-    ``group_ids``.
+    ``{"person_id", "group_id"?}`` objects; pasted rows alike. A row without a group goes into
+    every group of ``group_ids``.
     """
     groups = list(group_ids or [])
     if person_ids and not groups:
@@ -181,10 +188,11 @@ def read_membership_items(
     records = collect_records(
         inline if person_ids else None,
         input_file,
-        what="group_ids with person_ids, or input_file",
+        what="group_ids with person_ids, input_file or pasted_rows",
         columns=PERSON_FIELDS,
         required=["person_id"],
         scalar_field="person_id",
+        pasted_rows=pasted_rows,
     )
     expanded: list[tuple[str, dict[str, Any]]] = []
     for where, record in records:
@@ -205,8 +213,13 @@ async def add_people_to_groups(
     group_ids: Annotated[Maybe[list[str]], title("Group ids")] = None,
     person_ids: Annotated[Maybe[list[str]], title("Person ids")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,
+    pasted_rows: Annotated[Maybe[str], title("Pasted rows (CSV or JSON)")] = None,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    require_approval: Annotated[bool, title("Require approval")] = False,
+    approval_deadline_hours: Annotated[
+        DeadlineHours, title("Approval deadline (hours)")
+    ] = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Add people to one or more groups, 100 people per call.
 
@@ -221,10 +234,24 @@ async def add_people_to_groups(
         input_file: Path, on the worker's machine, of a CSV file with a column person_id and
             an optional group_id, or of a JSON list of person ids or of
             {"person_id", "group_id"?} objects.
+        pasted_rows: Rows pasted into this form, e.g. from a spreadsheet: CSV with a header
+            row, columns person_id and optional group_id; or a JSON list as for input_file.
+            Checked exactly as a file is.
         dry_run: Only report what would be added; nothing is written.
         concurrency: How many add-people calls (up to 100 people each) are in flight at the
             same time (1 to 32).
+        require_approval: Publish the plan and wait, suspended (no worker is held), until
+            someone approves or rejects it with the run's Resume button; only a run of a
+            deployment can wait. Rejected or unanswered: nothing is sent.
+        approval_deadline_hours: With require_approval: how long the plan waits for a
+            decision before the run fails, nothing sent (default 24).
     """
     with collector.paused():
-        parsed = read_membership_items(group_ids, person_ids, input_file)
-    return await run_write_job(GroupMembership(), parsed, dry_run=dry_run, concurrency=concurrency)
+        parsed = read_membership_items(group_ids, person_ids, input_file, pasted_rows)
+    return await run_write_job(
+        GroupMembership(),
+        parsed,
+        dry_run=dry_run,
+        concurrency=concurrency,
+        approval=ApprovalPolicy(require_approval, approval_deadline_hours),
+    )

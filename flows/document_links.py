@@ -32,6 +32,7 @@ from runtime.credentials import load_run_settings
 from runtime.form import Maybe, title
 from runtime.settings import runtime_settings
 from tasks.documents import create_document_link
+from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -100,6 +101,9 @@ class DocumentLinks(WriteJob[DocumentLinkInput]):
     def __init__(self, ledger: LinkLedger, unconfirmed: UnconfirmedLinks = "report") -> None:
         self.ledger = ledger
         self.unconfirmed = unconfirmed
+
+    def plan_groups(self, item: DocumentLinkInput) -> tuple[str]:
+        return (f"document {item.document_id}",)
 
     def plan(self, unit: Sequence[DocumentLinkInput]) -> list[ItemResult]:
         (item,) = unit
@@ -203,15 +207,18 @@ MANIFEST_COLUMNS = ["document_id", "url", "title", "description", "effective_dat
 
 
 def read_link_items(
-    links: list[dict[str, object]] | None, input_file: str | None
+    links: list[dict[str, object]] | None,
+    input_file: str | None,
+    pasted_rows: str | None = None,
 ) -> ParsedItems[DocumentLinkInput]:
     inline = [(f"links[{index}]", dict(value)) for index, value in enumerate(links or [])]
     records = collect_records(
         inline,
         input_file,
-        what="links or input_file (the manifest)",
+        what="links, input_file (the manifest) or pasted_rows",
         columns=MANIFEST_COLUMNS,
         required=["document_id", "url", "title"],
+        pasted_rows=pasted_rows,
     )
     return dedupe(parse_items(DocumentLinkInput, records))
 
@@ -220,9 +227,14 @@ def read_link_items(
 async def attach_document_links(
     links: Annotated[Maybe[list[dict[str, object]]], title("Links")] = None,
     input_file: Annotated[Maybe[str], title("Manifest file")] = None,
+    pasted_rows: Annotated[Maybe[str], title("Pasted rows (CSV or JSON)")] = None,
     unconfirmed_links: Annotated[UnconfirmedLinks, title("Unconfirmed links")] = "report",
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    require_approval: Annotated[bool, title("Require approval")] = False,
+    approval_deadline_hours: Annotated[
+        DeadlineHours, title("Approval deadline (hours)")
+    ] = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Attach links to documents from a manifest, never attaching the same link twice.
 
@@ -236,12 +248,25 @@ async def attach_document_links(
             E.g. [{"document_id": "doc-1", "url": "https://evidence.example/a", "title": "A"}].
         input_file: Path, on the worker's machine, of the manifest: a CSV/JSON file with the
             columns (or keys) document_id, url, title, description, effective_date.
+        pasted_rows: Manifest rows pasted into this form: CSV with a header row and those
+            columns, or a JSON list of link objects. Checked exactly as a file is.
         unconfirmed_links: What to do with links needing review: 'report' them again; after
             checking the document, 'resend' them (the link is not there) or 'mark_attached'
             (it is).
         dry_run: Only report what would be attached; nothing is written.
         concurrency: How many links are attached at the same time (1 to 32).
+        require_approval: Publish the plan and wait, suspended (no worker is held), until
+            someone approves or rejects it with the run's Resume button; only a run of a
+            deployment can wait. Rejected or unanswered: nothing is sent.
+        approval_deadline_hours: With require_approval: how long the plan waits for a
+            decision before the run fails, nothing sent (default 24).
     """
-    parsed = read_link_items(links, input_file)
+    parsed = read_link_items(links, input_file, pasted_rows)
     async with document_links_job(unconfirmed_links) as job:
-        return await run_write_job(job, parsed, dry_run=dry_run, concurrency=concurrency)
+        return await run_write_job(
+            job,
+            parsed,
+            dry_run=dry_run,
+            concurrency=concurrency,
+            approval=ApprovalPolicy(require_approval, approval_deadline_hours),
+        )

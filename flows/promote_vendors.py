@@ -29,6 +29,7 @@ from compliance_api.models import Vendor
 from runtime.form import Maybe, title
 from tasks.event_logs import logged_targets
 from tasks.vendors import promote_discovered_vendor
+from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -158,6 +159,7 @@ def read_vendor_items(
     input_file: str | None,
     *,
     from_audit_log: list[str] | None = None,
+    pasted_rows: str | None = None,
 ) -> ParsedItems[DiscoveredVendorInput]:
     """Ids from the parameter and/or a file: CSV column ``discovered_vendor_id`` or a JSON list
     of ids or of ``{"discovered_vendor_id": ...}`` objects; then those the audit log named
@@ -173,11 +175,12 @@ def read_vendor_items(
     records = collect_records(
         inline,
         input_file,
-        what="discovered_vendor_ids, input_file or from_audit_log",
+        what="discovered_vendor_ids, input_file, pasted_rows or from_audit_log",
         columns=["discovered_vendor_id"],
         required=["discovered_vendor_id"],
         scalar_field="discovered_vendor_id",
         allow_empty=from_audit_log is not None,
+        pasted_rows=pasted_rows,
     )
     return dedupe(parse_items(DiscoveredVendorInput, records))
 
@@ -186,9 +189,14 @@ def read_vendor_items(
 async def promote_discovered_vendors(
     discovered_vendor_ids: Annotated[Maybe[list[str]], title("Discovered vendor ids")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,
+    pasted_rows: Annotated[Maybe[str], title("Pasted rows (CSV or JSON)")] = None,
     from_audit_log: Annotated[bool, title("Vendors discovered since the last run")] = False,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    require_approval: Annotated[bool, title("Require approval")] = False,
+    approval_deadline_hours: Annotated[
+        DeadlineHours, title("Approval deadline (hours)")
+    ] = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Promote discovered vendors to managed vendors.
 
@@ -202,24 +210,44 @@ async def promote_discovered_vendors(
         input_file: Path, on the worker's machine, of a CSV file with a column
             discovered_vendor_id, or of a JSON list of ids or of {"discovered_vendor_id": ...}
             objects.
+        pasted_rows: Rows pasted into this form: CSV with a header row discovered_vendor_id
+            and one id per line, or a JSON list as for input_file. Checked exactly as a file
+            is.
         from_audit_log: Also promote every vendor the audit log reported discovered since
             the last such run (its checkpoint); the deployment's trigger and schedule set it.
             The checkpoint moves on once they are all handled (not in a dry run).
         dry_run: Only report what would be promoted; nothing is written.
         concurrency: How many vendors are promoted at the same time (1 to 32).
+        require_approval: Publish the plan and wait, suspended (no worker is held), until
+            someone approves or rejects it with the run's Resume button; only a run of a
+            deployment can wait. Rejected or unanswered: nothing is sent. With from_audit_log,
+            new log entries between the plan and the decision refuse the run: plan again.
+        approval_deadline_hours: With require_approval: how long the plan waits for a
+            decision before the run fails, nothing sent (default 24).
     """
     # checked before the first call, also when the log is to be read
     parsed = read_vendor_items(
-        discovered_vendor_ids, input_file, from_audit_log=[] if from_audit_log else None
+        discovered_vendor_ids,
+        input_file,
+        from_audit_log=[] if from_audit_log else None,
+        pasted_rows=pasted_rows,
     )
+    approval = ApprovalPolicy(require_approval, approval_deadline_hours)
     if not from_audit_log:
         return await run_write_job(
-            VendorPromotion(), parsed, dry_run=dry_run, concurrency=concurrency
+            VendorPromotion(),
+            parsed,
+            dry_run=dry_run,
+            concurrency=concurrency,
+            approval=approval,
         )
     return await run_on_new_targets(
         VendorPromotion(),
         NEWLY_DISCOVERED,
-        lambda ids: read_vendor_items(discovered_vendor_ids, input_file, from_audit_log=ids),
+        lambda ids: read_vendor_items(
+            discovered_vendor_ids, input_file, from_audit_log=ids, pasted_rows=pasted_rows
+        ),
         dry_run=dry_run,
         concurrency=concurrency,
+        approval=approval,
     )

@@ -36,6 +36,7 @@ from compliance_api.models import (
 )
 from runtime.form import Maybe, one_of, title
 from tasks.questionnaires import approve_questionnaire, update_questionnaire
+from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -302,6 +303,7 @@ def read_route_items(
     defaults: dict[str, Any],
     *,
     from_audit_log: list[str] | None = None,
+    pasted_rows: str | None = None,
 ) -> ParsedItems[QuestionnaireRouteInput]:
     """Ids inline (each gets the run's route and assignments) and/or file rows (CSV columns or
     JSON keys named like the fields; a field a row leaves out comes from the run's parameters);
@@ -319,11 +321,12 @@ def read_route_items(
     records = collect_records(
         inline,
         input_file,
-        what="questionnaire_ids, input_file or from_audit_log",
+        what="questionnaire_ids, input_file, pasted_rows or from_audit_log",
         columns=FIELDS,
         required=["questionnaire_id"],
         scalar_field="questionnaire_id",
         allow_empty=from_audit_log is not None,
+        pasted_rows=pasted_rows,
     )
     return dedupe(parse_items(QuestionnaireRouteInput, [(w, {**given, **r}) for w, r in records]))
 
@@ -341,9 +344,14 @@ async def route_questionnaires(
     approve: Annotated[bool, title("Approve")] = True,
     approval_message: Annotated[Maybe[str], title("Approval message")] = None,
     input_file: Annotated[Maybe[str], title("Input file")] = None,
+    pasted_rows: Annotated[Maybe[str], title("Pasted rows (CSV or JSON)")] = None,
     from_audit_log: Annotated[bool, title("Questionnaires ready since the last run")] = False,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
+    require_approval: Annotated[bool, title("Require approval")] = False,
+    approval_deadline_hours: Annotated[
+        DeadlineHours, title("Approval deadline (hours)")
+    ] = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Assign, route through review statuses and approve questionnaires.
 
@@ -372,12 +380,20 @@ async def route_questionnaires(
         input_file: Path, on the worker's machine, of a CSV/JSON file with one row per
             questionnaire: questionnaire_id plus any of the fields above as columns (or keys);
             a field a row leaves out comes from this run's parameters.
+        pasted_rows: Rows pasted into this form: CSV with a header row and the columns of
+            input_file, or a JSON list as for input_file. Checked exactly as a file is.
         from_audit_log: Also process every questionnaire the audit log reported ready for
             review since the last such run (its checkpoint), with this run's route,
             assignments and approval; the deployment's trigger and schedule set it. The
             checkpoint moves on once they are all handled (not in a dry run).
         dry_run: Only report what would be done; nothing is written.
         concurrency: How many questionnaires are processed at the same time (1 to 32).
+        require_approval: Publish the plan and wait, suspended (no worker is held), until
+            someone approves or rejects it with the run's Resume button; only a run of a
+            deployment can wait. Rejected or unanswered: nothing is sent. With from_audit_log,
+            new log entries between the plan and the decision refuse the run: plan again.
+        approval_deadline_hours: With require_approval: how long the plan waits for a
+            decision before the run fails, nothing sent (default 24).
     """
     defaults = {
         "route": route,
@@ -391,16 +407,28 @@ async def route_questionnaires(
         "approval_message": approval_message,
     }
     parsed = read_route_items(
-        questionnaire_ids, input_file, defaults, from_audit_log=[] if from_audit_log else None
+        questionnaire_ids,
+        input_file,
+        defaults,
+        from_audit_log=[] if from_audit_log else None,
+        pasted_rows=pasted_rows,
     )
+    approval = ApprovalPolicy(require_approval, approval_deadline_hours)
     if not from_audit_log:
         return await run_write_job(
-            QuestionnaireRouting(), parsed, dry_run=dry_run, concurrency=concurrency
+            QuestionnaireRouting(),
+            parsed,
+            dry_run=dry_run,
+            concurrency=concurrency,
+            approval=approval,
         )
     return await run_on_new_targets(
         QuestionnaireRouting(),
         READY_FOR_REVIEW,
-        lambda ids: read_route_items(questionnaire_ids, input_file, defaults, from_audit_log=ids),
+        lambda ids: read_route_items(
+            questionnaire_ids, input_file, defaults, from_audit_log=ids, pasted_rows=pasted_rows
+        ),
         dry_run=dry_run,
         concurrency=concurrency,
+        approval=approval,
     )

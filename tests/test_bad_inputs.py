@@ -399,6 +399,44 @@ CASES = [
         ("COMPLIANCE_TOKEN_ENCRYPTION_KEY", "not set"),
         env={"COMPLIANCE_TOKEN_ENCRYPTION_KEY": None},
     ),
+    # ---- pasted rows and approval -------------------------------------------------------
+    Case(
+        "pasted-rows-unknown-column",
+        add_people_to_groups,
+        lambda s, t: {"group_ids": s["groups"][:1], "pasted_rows": "person,group\np-1,g-1\n"},
+        ("pasted_rows", "pasted text (2 line(s))", "has no column 'person_id'"),
+    ),
+    Case(
+        "pasted-rows-bad-id",
+        add_people_to_groups,
+        lambda s, t: {
+            "group_ids": s["groups"][:1],
+            "pasted_rows": f"person_id\n{s['people'][0]}\nbad id\n",
+        },
+        ("pasted row 3", "person_id", "'bad id'"),
+    ),
+    Case(
+        "pasted-rows-bad-json",
+        promote_discovered_vendors,
+        lambda s, t: {"pasted_rows": '["dv-1", '},
+        ("pasted_rows", "is not valid JSON"),
+    ),
+    Case(
+        "approval-outside-a-deployment",
+        add_people_to_groups,
+        lambda s, t: _people(s, require_approval=True),
+        ("require_approval=True", "needs a run of a deployment"),
+    ),
+    Case(
+        "approval-deadline-zero",
+        update_account_tags,
+        lambda s, t: {
+            "accounts": [{"account_id": "acc-1", "tags": {"c": ["t"]}}],
+            "require_approval": True,
+            "approval_deadline_hours": 0,
+        },
+        ("approval_deadline_hours", "greater than 0"),
+    ),
     Case(
         "settings-gov-without-url",
         add_people_to_groups,

@@ -8,6 +8,7 @@ objects become Prefect results, artifacts and events.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeAlias
 
@@ -78,6 +79,24 @@ class Done:
 AnyResult: TypeAlias = ItemResult | Done
 
 
+class Approval(BaseModel):
+    """Who decided on a run's plan, when and why (write_engine/approval.py)."""
+
+    approved: bool
+    #: as the approver typed it: Prefect's open-source server has no users to check it against
+    approver: str
+    reason: str
+    decided_at: datetime
+    #: the plan decided on: its items' digest and count
+    plan_digest: str
+    total: int
+
+    def line(self) -> str:
+        verb = "Approved" if self.approved else "Rejected"
+        when = self.decided_at.isoformat(timespec="seconds")
+        return f"{verb} by {self.approver} at {when}: {self.reason}"
+
+
 class RunSummary(BaseModel):
     """The typed return value of every write flow."""
 
@@ -90,6 +109,8 @@ class RunSummary(BaseModel):
     failed_items: list[ItemResult] = Field(default_factory=list)
     rerun_of: str | None = None
     attempt: int = 1
+    #: the decision on the plan, for a run that needed approval
+    approval: Approval | None = None
 
     @property
     def failed(self) -> int:

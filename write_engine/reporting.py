@@ -93,6 +93,8 @@ async def publish_results_table(
             + ", ".join(summary.duplicates_removed[:20])
             + (" ..." if len(summary.duplicates_removed) > 20 else "")
         )
+    if summary.approval:
+        lines.append(f"{summary.approval.line()}.")
     if summary.rerun_of:
         lines.append(f"Rerun (attempt {summary.attempt}) of {run_link(summary.rerun_of)}.")
     if hidden:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Annotated, Any, ClassVar, Generic
@@ -29,7 +29,7 @@ from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
 from prefect.exceptions import Abort
 from prefect.logging import get_run_logger
-from prefect.states import Failed
+from prefect.states import Cancelled, Failed
 from pydantic import Field
 
 from compliance_api.client import ComplianceClient
@@ -45,8 +45,23 @@ from runtime import collector
 from runtime.attempts import Attempt, AttemptLost, abort_if_lost, claimed, fenced
 from runtime.connection import compliance_client
 from tasks.token import get_shared_access_token
+from write_engine.approval import (
+    NO_APPROVAL,
+    ApprovalPolicy,
+    approved_or_rejected,
+    check_can_wait,
+    plan_counts,
+)
 from write_engine.inputs import UNUSABLE_ID, ItemInput, ItemT, ParsedItems
-from write_engine.outcomes import AnyResult, Done, ItemResult, ItemsFailed, Outcome, RunSummary
+from write_engine.outcomes import (
+    AnyResult,
+    Approval,
+    Done,
+    ItemResult,
+    ItemsFailed,
+    Outcome,
+    RunSummary,
+)
 from write_engine.reporting import (
     Progress,
     emit_failed_items_event,
@@ -81,6 +96,11 @@ class WriteJob(ABC, Generic[ItemT]):
 
     def units(self, items: Sequence[ItemT]) -> list[list[ItemT]]:
         return [[item] for item in items]
+
+    def plan_groups(self, item: ItemT) -> Iterable[str]:
+        """What the plan an approver reads counts the item under (its group, tags or document);
+        by default a plain total."""
+        return ("items",)
 
     def units_in_flight(self, concurrency: int) -> int:
         """How many units run at once: ``concurrency``, unless the job caps its API calls
@@ -177,6 +197,7 @@ async def run_write_job(
     attempt: int = 1,
     carried: Sequence[ItemResult] = (),
     done: Mapping[str, str] | None = None,
+    approval: ApprovalPolicy = NO_APPROVAL,
 ) -> RunSummary | State[Any]:
     """Apply (or plan) every item, publish the reports, and return the run's final outcome.
 
@@ -188,6 +209,10 @@ async def run_write_job(
     record, so the last run of a chain always lists everything still to do. ``done`` maps the
     keys of items known to be done already (e.g. by the audit log) to why: reported skipped,
     not sent.
+
+    With ``approval.required`` (and not a dry run) the run applies only a plan someone
+    approved (write_engine/approval.py): it suspends until then, and a rejected plan ends the
+    run Cancelled with nothing sent.
 
     A run that is no longer this process's (``runtime/attempts.py``) ends with Prefect's
     ``Abort``: nothing published, no state proposed.
@@ -202,6 +227,7 @@ async def run_write_job(
             attempt=attempt,
             carried=carried,
             done=done or {},
+            approval=approval,
         )
     except AttemptLost as lost:
         raise Abort(str(lost)) from None
@@ -217,6 +243,7 @@ async def _run_write_job(
     attempt: int,
     carried: Sequence[ItemResult],
     done: Mapping[str, str],
+    approval: ApprovalPolicy,
 ) -> RunSummary | State[Any]:
     logger = get_run_logger()
     items = parsed.items
@@ -231,6 +258,9 @@ async def _run_write_job(
 
     needs_client = bool(units) and (not dry_run or job.reads_during_validation)
     record: SendRecord | None = None
+    decision: Approval | None = None
+    if approval.required and not dry_run:
+        check_can_wait()  # before any call
     async with (
         compliance_client() if needs_client else nullcontext(None) as client,
         fenced() as fence,
@@ -238,6 +268,16 @@ async def _run_write_job(
         if client is not None:
             await obtain_token_first(logger)
             await job.validate_remotely(client, items)
+        if approval.required and not dry_run and units:
+            decision = await approved_or_rejected(
+                job.flow_key,
+                items,
+                plan_counts(items, job.plan_groups),
+                lambda: [result for unit in units for result in job.plan(unit)],
+                approval,
+            )
+            if not decision.approved:
+                return await _rejected(job, parsed, decision, rerun_of=rerun_of, attempt=attempt)
         await progress.start()
         if dry_run:
             results = [result for unit in units for result in job.plan(unit)]
@@ -257,6 +297,7 @@ async def _run_write_job(
     if carried:
         results = [*results, *carried]
     summary = _summary(job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt)
+    summary.approval = decision
     await publish_results_table(job.flow_key, summary, results)
     if not dry_run:
         await publish_failed_items(job.flow_key, summary)
@@ -268,6 +309,25 @@ async def _run_write_job(
         failed = ItemsFailed(summary)
         return Failed(message=str(failed), data=failed)
     return summary
+
+
+async def _rejected(
+    job: WriteJob[ItemT],
+    parsed: ParsedItems[ItemT],
+    decision: Approval,
+    *,
+    rerun_of: str | None,
+    attempt: int,
+) -> State[Any]:
+    """A rejected plan: every item reported not applied, no failed-items record (nothing to
+    rerun), and the run Cancelled with the decision as its message."""
+    reason = f"not applied: {decision.line()}"
+    results: list[AnyResult] = [Done(i.label(), Outcome.SKIPPED, reason) for i in parsed.items]
+    summary = _summary(job, parsed, results, dry_run=False, rerun_of=rerun_of, attempt=attempt)
+    summary.approval = decision
+    await publish_results_table(job.flow_key, summary, results)
+    get_run_logger().warning("%s; nothing was sent", decision.line())
+    return Cancelled(message=f"{decision.line()}; nothing was sent", data=summary)
 
 
 async def obtain_token_first(logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:

@@ -1,0 +1,334 @@
+"""Four-eyes approval of a write run: publish the plan, wait for a decision, apply that plan only.
+
+With approval required, a run checks its input, works out its plan (what a dry run reports),
+publishes it as an artifact and *suspends* (Prefect's ``suspend_flow_run``): its process ends,
+so the worker is free, and the UI's Resume button shows the :class:`ApprovalInput` form. The
+answer restarts the run from the top; the suspend call, already fired, then returns the form's
+input (Prefect keeps fired pause keys for a suspended run). The run records the decision in its
+own flow-run input (``compliance-approval``), because Prefect forgets fired pause keys when a run
+is started again after a crash: a restart finds the decision there and is not asked again.
+
+An approved run applies only if its items are exactly the planned ones (the digest of their
+inputs): a file edited since, or new audit-log entries, refuse the run before any call. The
+approver is who the form says: Prefect's open-source server has no users, so who may resume
+a run is whoever may use its API (its auth string).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from prefect.artifacts import acreate_table_artifact
+from prefect.client.orchestration import get_client
+from prefect.context import FlowRunContext
+from prefect.events import Event
+from prefect.flow_runs import asuspend_flow_run
+from prefect.input import RunInput
+from prefect.input.actions import (
+    acreate_flow_run_input,
+    adelete_flow_run_input,
+    aread_flow_run_input,
+)
+from prefect.logging import get_run_logger
+from pydantic import BaseModel, Field
+
+from compliance_api.errors import ComplianceError, InputError
+from runtime.events import EventSink, deterministic_event_id
+from runtime.form import NonBlank
+from write_engine.inputs import ItemInput
+from write_engine.outcomes import AnyResult, Approval
+from write_engine.reporting import result_rows, run_link
+
+DEFAULT_DEADLINE_HOURS = 24.0
+#: how long a run waits for a decision before Prefect fails it (a flow parameter)
+DeadlineHours = Annotated[float, Field(gt=0, le=24 * 30)]
+#: the flow-run inputs this module keeps on the run
+PLAN_KEY = "compliance-plan"
+DECISION_KEY = "compliance-approval"
+#: the suspend's pause key: fixed, so the resumed run's suspend call returns the answer
+PAUSE_KEY = "approval"
+AWAITING_EVENT = "compliance.write-run.awaiting-approval"
+APPROVED_EVENT = "compliance.write-run.approved"
+REJECTED_EVENT = "compliance.write-run.rejected"
+#: most item rows the plan artifact lists (its description names the rest)
+MAX_PLAN_ROWS = 10_000
+#: groups the plan's counts name one by one (the rest are summed up)
+MAX_COUNT_LINES = 50
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """A write flow's approval parameters."""
+
+    required: bool = False
+    deadline_hours: float = DEFAULT_DEADLINE_HOURS
+
+
+NO_APPROVAL = ApprovalPolicy()
+
+
+class ApprovalInput(RunInput):
+    """The UI's Resume form of a run that waits for approval."""
+
+    approve: bool = Field(
+        default=False,
+        title="Approve",
+        description="Tick to apply exactly this plan; leave unticked to reject it (nothing "
+        "is sent).",
+    )
+    approver: NonBlank = Field(
+        title="Approver",
+        description="Your name, as it should appear in the run's results and the audit "
+        "event. Not checked by Prefect: someone other than the requester should decide.",
+    )
+    reason: NonBlank = Field(
+        title="Reason",
+        description="Why: the change ticket that authorises it, or why it is rejected.",
+    )
+
+
+class PlanRecord(BaseModel):
+    """What the approver was shown, kept on the run to check the approved run against."""
+
+    digest: str
+    total: int
+    counts: dict[str, int]
+    planned_at: datetime
+
+
+class PlanChanged(ComplianceError):
+    """The approved run's items are not the planned ones: nothing is sent."""
+
+
+def plan_digest(items: Sequence[ItemInput]) -> str:
+    """The identity of a plan: every item's full input, in order."""
+    hasher = hashlib.sha256()
+    for item in items:
+        hasher.update(json.dumps(item.as_input(), sort_keys=True, default=str).encode())
+        hasher.update(b"\x1e")
+    return hasher.hexdigest()
+
+
+def plan_counts(
+    items: Iterable[ItemInput], groups: Callable[[Any], Iterable[str]]
+) -> dict[str, int]:
+    """Items per group (per group, tag or document: the job says), largest first."""
+    counter: Counter[str] = Counter()
+    for item in items:
+        counter.update(groups(item))
+    return dict(counter.most_common())
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``group g-1: 120, group g-2: 30``: one line for events and notifications."""
+    shown = [f"{name}: {n}" for name, n in list(counts.items())[:MAX_COUNT_LINES]]
+    rest = len(counts) - len(shown)
+    return ", ".join(shown) + (f" and {rest} more" if rest > 0 else "")
+
+
+async def approved_or_rejected(
+    flow_key: str,
+    items: Sequence[ItemInput],
+    counts: dict[str, int],
+    planned: Callable[[], Sequence[AnyResult]],
+    policy: ApprovalPolicy,
+) -> Approval:
+    """The decision on this run's plan: recorded earlier, or asked for now (the run suspends,
+    and this returns in the resumed run). Raises :class:`PlanChanged` when an approved plan is
+    not what this run would send."""
+    run_id = _flow_run_id()
+    digest = plan_digest(items)
+    decision = await _recorded_decision(run_id)
+    if decision is None:
+        seconds = max(1, round(policy.deadline_hours * 3600))
+        if await _asked_before(run_id):  # resumed: the answer is about the plan it was shown
+            plan = await _shown_plan(run_id)
+        else:
+            plan = PlanRecord(
+                digest=digest, total=len(items), counts=counts, planned_at=datetime.now(UTC)
+            )
+            plan = await _keep_plan(run_id, plan)
+            await _announce(flow_key, run_id, plan, planned(), seconds)
+        answer = await _suspend(flow_key, plan, seconds)
+        decision = Approval(
+            approved=answer.approve,
+            approver=answer.approver,
+            reason=answer.reason,
+            decided_at=datetime.now(UTC),
+            plan_digest=plan.digest,
+            total=plan.total,
+        )
+        await acreate_flow_run_input(DECISION_KEY, decision.model_dump(mode="json"), run_id)
+        await _emit_decision(flow_key, run_id, decision)
+    verb = "approved" if decision.approved else "rejected"
+    get_run_logger().info(
+        "Plan of %d item(s) %s by %s at %s: %s",
+        decision.total,
+        verb,
+        decision.approver,
+        decision.decided_at.isoformat(timespec="seconds"),
+        decision.reason,
+    )
+    if decision.approved and decision.plan_digest != digest:
+        raise PlanChanged(
+            f"the items of this run are not the approved plan ({decision.total} item(s), "
+            f"digest {decision.plan_digest[:12]}; now {len(items)} item(s), digest "
+            f"{digest[:12]}): the input file changed or the audit log has new entries since "
+            "the plan. Nothing was sent; start a new run to plan and approve the change again"
+        )
+    return decision
+
+
+def check_can_wait() -> None:
+    """Only a deployment's run can be suspended and resumed: refuse any other before a call."""
+    _flow_run_id()
+
+
+def _flow_run_id() -> Any:
+    context = FlowRunContext.get()
+    run = context.flow_run if context else None
+    if run is None or run.deployment_id is None:
+        raise InputError(
+            "require_approval",
+            True,
+            "needs a run of a deployment (it waits suspended for the approval, and only a "
+            "deployment's run can be resumed); run it through its deployment, or without "
+            "require_approval",
+        )
+    return run.id
+
+
+async def _recorded_decision(run_id: Any) -> Approval | None:
+    value = await aread_flow_run_input(DECISION_KEY, flow_run_id=run_id)
+    return Approval.model_validate(value) if value else None
+
+
+async def _keep_plan(run_id: Any, plan: PlanRecord) -> PlanRecord:
+    """Store the plan on the run; a plan stored by an earlier attempt is kept if it is the same
+    (that is the one a person may be reading), replaced otherwise (no one decided on it)."""
+    stored = await aread_flow_run_input(PLAN_KEY, flow_run_id=run_id)
+    if stored:
+        earlier = PlanRecord.model_validate(stored)
+        if earlier.digest == plan.digest:
+            return earlier
+        await adelete_flow_run_input(PLAN_KEY, flow_run_id=run_id)
+    await acreate_flow_run_input(PLAN_KEY, plan.model_dump(mode="json"), flow_run_id=run_id)
+    return plan
+
+
+async def _shown_plan(run_id: Any) -> PlanRecord:
+    stored = await aread_flow_run_input(PLAN_KEY, flow_run_id=run_id)
+    if not stored:
+        raise PlanChanged(
+            f"the plan this run showed for approval is gone (its flow-run input {PLAN_KEY!r} "
+            "was deleted): nothing was sent; start a new run"
+        )
+    return PlanRecord.model_validate(stored)
+
+
+async def _announce(
+    flow_key: str, run_id: Any, plan: PlanRecord, planned: Sequence[AnyResult], seconds: int
+) -> None:
+    """Publish the plan and tell the approvers (once: the resumed run does not repeat it)."""
+    await _publish_plan(flow_key, plan, planned, seconds)
+    await _emit_awaiting(flow_key, run_id, plan, seconds)
+    get_run_logger().info(
+        "Waiting for approval of %d item(s) (%s); the run is suspended and its worker free "
+        "until someone resumes it (within %s)",
+        plan.total,
+        counts_text(plan.counts),
+        _duration(seconds),
+    )
+
+
+async def _suspend(flow_key: str, plan: PlanRecord, seconds: int) -> ApprovalInput:
+    """Suspend for the form's answer; in the resumed run, this returns the answer at once."""
+    form = ApprovalInput.with_initial_data(description=_form_text(flow_key, plan, seconds))
+    answer: ApprovalInput = await asuspend_flow_run(
+        wait_for_input=form, timeout=seconds, key=PAUSE_KEY
+    )
+    return answer
+
+
+async def _asked_before(run_id: Any) -> bool:
+    """Whether this run was suspended for approval already (this attempt is the resumed one)."""
+    async with get_client() as client:
+        run = await client.read_flow_run(run_id)
+    return PAUSE_KEY in (run.empirical_policy.pause_keys or set())
+
+
+async def _publish_plan(
+    flow_key: str, plan: PlanRecord, planned: Sequence[AnyResult], seconds: int
+) -> None:
+    rows, hidden = result_rows(planned[:MAX_PLAN_ROWS])
+    hidden += max(0, len(planned) - MAX_PLAN_ROWS)
+    lines = [
+        f"**Plan awaiting approval: {plan.total} item(s).** Nothing is sent until someone "
+        f"approves it with the run's Resume button (within {_duration(seconds)}).",
+        "| to | items |\n|---|---|\n"
+        + "\n".join(f"| {name} | {n} |" for name, n in list(plan.counts.items())[:MAX_COUNT_LINES]),
+        f"Plan digest `{plan.digest[:12]}`: an approved run applies exactly these items, or "
+        "nothing if its input changed since.",
+    ]
+    if hidden:
+        lines.append(f"{hidden} more item(s) not listed here (they are in the run's input).")
+    await acreate_table_artifact(rows, key=f"{flow_key}-plan", description="\n\n".join(lines))
+
+
+def _form_text(flow_key: str, plan: PlanRecord, seconds: int) -> str:
+    return (
+        f"**{flow_key}** waits for approval of {plan.total} item(s): {counts_text(plan.counts)}."
+        f"\n\nThe full list is the artifact `{flow_key}-plan` (this run's Artifacts tab). "
+        "Approve to apply exactly that plan; reject to send nothing. Your name, reason and "
+        f"the time go into the run's results and an event. Unanswered, the run fails after "
+        f"{_duration(seconds)}."
+    )
+
+
+def _duration(seconds: int) -> str:
+    hours = seconds / 3600
+    return f"{hours:g} h" if hours >= 1 else f"{seconds} s"
+
+
+async def _emit_awaiting(flow_key: str, run_id: Any, plan: PlanRecord, seconds: int) -> None:
+    payload = {
+        "flow": flow_key,
+        "flow_run_id": str(run_id),
+        "total": plan.total,
+        "counts": plan.counts if len(plan.counts) <= MAX_COUNT_LINES else {},
+        "counts_text": counts_text(plan.counts),
+        "plan_digest": plan.digest,
+        "deadline_seconds": seconds,
+        "run_link": run_link(str(run_id)),
+    }
+    await _emit(AWAITING_EVENT, flow_key, run_id, payload, plan.digest)
+
+
+async def _emit_decision(flow_key: str, run_id: Any, decision: Approval) -> None:
+    name = APPROVED_EVENT if decision.approved else REJECTED_EVENT
+    payload = {"flow": flow_key, "flow_run_id": str(run_id), **decision.model_dump(mode="json")}
+    await _emit(name, flow_key, run_id, payload, decision.plan_digest)
+
+
+async def _emit(name: str, flow_key: str, run_id: Any, payload: dict[str, Any], key: str) -> None:
+    """Sent and acknowledged by the server before the run goes on (an export or SIEM keeps
+    these); the id is derived, so a restarted run's repeat is dropped by the server."""
+    event = Event(
+        id=deterministic_event_id(name, str(run_id), key),
+        event=name,
+        occurred=datetime.now(UTC),
+        resource={
+            "prefect.resource.id": f"prefect.flow-run.{run_id}",
+            "prefect.resource.role": "flow-run",
+            "compliance.write-flow": flow_key,
+        },
+        payload=payload,
+    )
+    async with EventSink() as sink:
+        await sink.send([event])
