@@ -31,7 +31,7 @@ from prefect.blocks.core import Block
 from prefect.blocks.notifications import CustomWebhookNotificationBlock, SlackWebhook
 from prefect.client.orchestration import get_client
 from prefect.events.actions import SendNotification
-from prefect.events.schemas.automations import AutomationCore
+from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 from prefect.exceptions import ObjectNotFound
 from prefect.types import SecretDict
 from pydantic import SecretStr
@@ -45,6 +45,7 @@ BlockT = TypeVar("BlockT", bound=Block)
 
 DECLARED: dict[str, Any] = yaml.safe_load(Path(__file__).with_name("automations.yaml").read_text())
 NOTIFICATION_AUTOMATION_NAME: str = DECLARED["failure_notification"]["name"]
+APPROVAL_AUTOMATION_NAME: str = DECLARED["approval_notification"]["name"]
 
 GRACE_ENV = "COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS"
 WEBHOOK_ENV = "COMPLIANCE_NOTIFY_WEBHOOK_URL"
@@ -93,6 +94,21 @@ def notification_automation(block_document_id: UUID) -> AutomationCore:
     return AutomationCore.model_validate(_filled(DECLARED["failure_notification"], values))
 
 
+def approval_automation(block_document_id: UUID) -> AutomationCore:
+    values = {"block_document_id": block_document_id}
+    return AutomationCore.model_validate(_filled(DECLARED["approval_notification"], values))
+
+
+async def _ensure_notifications(block_id: UUID, label: str) -> str:
+    note = f"sends through {label}"
+    return "; ".join(
+        [
+            await _ensure(notification_automation(block_id), note, block_id),
+            await _ensure(approval_automation(block_id), note, block_id),
+        ]
+    )
+
+
 async def _ensure(automation: AutomationCore, note: str, block_id: UUID | None = None) -> str:
     """Create the automation unless one of that name exists: an operator may have paused or
     changed it, and bootstrap keeps that (delete it to recreate). With ``block_id``, an existing
@@ -105,18 +121,34 @@ async def _ensure(automation: AutomationCore, note: str, block_id: UUID | None =
         kept = existing[0]
         state = "enabled" if kept.enabled else "paused"
         sends = {a.block_document_id for a in kept.actions if isinstance(a, SendNotification)}
-        if block_id is None or sends == {block_id}:
+        missing = _missing_expectations(kept, automation)
+        if (block_id is None or sends == {block_id}) and not missing:
             return f"kept automation {automation.name!r} ({state})"
         # the API refuses an owner in an update: leave it out, so the automation keeps its own
         updated = AutomationCore.model_validate(kept.model_dump(exclude={"owner_resource"}))
-        updated.actions = [
-            a.model_copy(update={"block_document_id": block_id})
-            if isinstance(a, SendNotification)
-            else a
-            for a in updated.actions
-        ] + ([] if sends else automation.actions)
+        if missing and isinstance(updated.trigger, EventTrigger):
+            updated.trigger.expect = set(updated.trigger.expect) | missing
+            note = f"{note}; also ends its wait on {', '.join(sorted(missing))}"
+        if block_id is not None and sends != {block_id}:
+            updated.actions = [
+                a.model_copy(update={"block_document_id": block_id})
+                if isinstance(a, SendNotification)
+                else a
+                for a in updated.actions
+            ] + ([] if sends else automation.actions)
         await client.update_automation(kept.id, updated)
     return f"updated automation {automation.name!r} ({state}): now {note}"
+
+
+def _missing_expectations(kept: AutomationCore, declared: AutomationCore) -> set[str]:
+    """Events a newer release declares that an existing proactive automation does not expect
+    (e.g. ``Suspended``, without which a run waiting for approval would be marked Crashed):
+    added to it, the operator's other changes kept."""
+    if not isinstance(kept.trigger, EventTrigger) or not isinstance(declared.trigger, EventTrigger):
+        return set()
+    if declared.trigger.posture != Posture.Proactive:
+        return set()
+    return set(declared.trigger.expect) - set(kept.trigger.expect)
 
 
 # ----------------------------------------------------------------------------- crashed runs
@@ -246,12 +278,10 @@ async def ensure_failure_notifications() -> str:
         )
     if url:
         block_id, label, block_line = await ensure_webhook_block(url)
-        sends = await _ensure(notification_automation(block_id), f"sends through {label}", block_id)
-        return f"{block_line}; {sends}"
+        return f"{block_line}; {await _ensure_notifications(block_id, label)}"
     if block:
         block_id = await named_block_id(*block)
-        label = "/".join(block)
-        return await _ensure(notification_automation(block_id), f"sends through {label}", block_id)
+        return await _ensure_notifications(block_id, "/".join(block))
     async with get_client() as client:
         existing = await client.read_automations_by_name(NOTIFICATION_AUTOMATION_NAME)
     if existing:

@@ -10,13 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from prefect.blocks.system import Secret
 from prefect.client.orchestration import get_client
 from prefect.events.actions import SendNotification
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+from prefect.events.schemas.automations import EventTrigger
 from prefect.events.schemas.events import Event
 from prefect.exceptions import ObjectNotFound
 from prefect.server.events.actions import JinjaTemplateAction
@@ -41,15 +39,20 @@ from prefect.types import SecretDict
 import deployments.stack as stack_module
 from compliance_api.errors import ConfigurationError
 from deployments.automations import (
+    APPROVAL_AUTOMATION_NAME,
     BLOCK_ENV,
     WEBHOOK_BLOCK_NAME,
     WEBHOOK_ENV,
+    approval_automation,
+    crash_automations,
     ensure_failure_notifications,
+    ensure_unresponsive_run_detection,
     notification_automation,
 )
 from deployments.automations import NOTIFICATION_AUTOMATION_NAME as AUTOMATION_NAME
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.stack import LocalStack, StackOptions
+from tests.fixtures.webhooks import DELIVERY_TIMEOUT, Receiver, webhook_receiver
 from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
 
 pytestmark = pytest.mark.timeout(300)
@@ -59,8 +62,6 @@ DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"  # noqa: S105 - the sandbox's
 TOKEN = f"T0FAKE/B0FAKE/fake-webhook-token-{uuid.uuid4().hex}"
 #: a parameter value the notification must not repeat (parameters are never copied into it)
 PARAMETER_MARKER = f"parameter-{uuid.uuid4().hex}"
-#: how long a notification may take: event, trigger, action, HTTP POST
-DELIVERY_TIMEOUT = 60.0
 #: after a notification arrived, how long we wait for one that must not come
 QUIET_SECONDS = 5.0
 
@@ -153,6 +154,42 @@ async def test_a_failure_before_the_items_says_to_fix_the_cause_and_start_again(
     assert "rerun-failed-items" not in body
 
 
+async def test_an_expired_approval_s_text_says_nothing_was_sent_and_how_to_start_again() -> None:
+    message = "The flow was paused and never resumed."  # the Prefect server's own words
+    _, body = await _render(_context(StateType.FAILED, message, ["write"]))
+    assert "No one approved or rejected its plan before the approval deadline" in body
+    assert "rerun-failed-items" not in body
+
+
+async def test_the_approval_notice_names_the_run_the_counts_and_where_to_decide() -> None:
+    (action,) = approval_automation(uuid.uuid4()).actions
+    assert isinstance(action, SendNotification)
+    context = _context(StateType.PAUSED, "", ["write"])
+    context["event"] = Event(
+        event="compliance.write-run.awaiting-approval",
+        resource={"prefect.resource.id": f"prefect.flow-run.{context['flow_run'].id}"},
+        payload={
+            "flow": "add-people-to-groups",
+            "total": 150,
+            "counts_text": "group g-1: 120, group g-2: 30",
+            "deadline_seconds": 86400,
+        },
+    )
+    JinjaTemplateAction._register_filters_if_needed()
+    with temporary_settings({PREFECT_UI_URL: "http://ui.test"}):
+        subject = await render_user_template(action.subject, context)
+        body = await render_user_template(action.body, context)
+    assert subject == (
+        "[compliance-flows] Approval needed: promote-discovered-vendors (run clever-fox), "
+        "150 item(s)"
+    )
+    assert "Plan: 150 item(s): group g-1: 120, group g-2: 30\n" in body
+    assert "Deadline: 24.0 h from " in body
+    assert "read the artifact add-people-to-groups-plan" in body
+    assert "press Resume and fill in approve, approver and reason" in body
+    assert body.endswith(f"http://ui.test/runs/flow-run/{context['flow_run'].id}")
+
+
 async def test_a_crashed_run_s_text_explains_crash_recovery_or_the_retry_button() -> None:
     _, recovered = await _render(
         _context(StateType.CRASHED, CRASH_MESSAGE, ["write", "crash-recovery"])
@@ -235,56 +272,17 @@ def test_the_servers_the_project_starts_know_their_ui_url(tmp_path: Path) -> Non
 
 
 # --------------------------------------------------------------------------- a real server
-@dataclass
-class Receiver:
-    """A webhook endpoint on 127.0.0.1 that records every POST."""
-
-    url: str
-    posts: list[dict[str, Any]] = field(default_factory=list)
-    raw: list[bytes] = field(default_factory=list)
-
-    async def wait_for(
-        self, what: str, predicate: Callable[[dict[str, Any]], bool]
-    ) -> dict[str, Any]:
-        deadline = time.monotonic() + DELIVERY_TIMEOUT
-        while time.monotonic() < deadline:
-            for post in list(self.posts):
-                if predicate(post):
-                    return post
-            await asyncio.sleep(0.25)
-        raise AssertionError(f"no notification {what} within {DELIVERY_TIMEOUT} s: {self.posts}")
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    received = Receiver(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            received.raw.append(self.path.encode() + b"\n" + body)
-            received.posts.append(json.loads(body) | {"_path": self.path})
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    received.url = f"http://127.0.0.1:{server.server_address[1]}/services/{TOKEN}"
-    try:
+    with webhook_receiver(f"services/{TOKEN}") as received:
         yield received
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 async def _remove_notifications() -> None:
     async with get_client() as client:
-        for automation in await client.read_automations_by_name(AUTOMATION_NAME):
-            await client.delete_automation(automation.id)
+        for name in (AUTOMATION_NAME, APPROVAL_AUTOMATION_NAME):
+            for automation in await client.read_automations_by_name(name):
+                await client.delete_automation(automation.id)
         for slug, name in [
             ("custom-webhook", WEBHOOK_BLOCK_NAME),
             ("slack-webhook", WEBHOOK_BLOCK_NAME),
@@ -468,7 +466,8 @@ async def test_bootstrap_skips_keeps_updates_and_uses_an_operators_block(
         switched = await ensure_failure_notifications()
         assert switched == (
             f"updated automation {AUTOMATION_NAME!r} (paused): now sends through "
-            "custom-webhook/operators-own"
+            f"custom-webhook/operators-own; updated automation {APPROVAL_AUTOMATION_NAME!r} "
+            "(enabled): now sends through custom-webhook/operators-own"
         )
         async with get_client() as client:
             (kept,) = await client.read_automations_by_name(AUTOMATION_NAME)
@@ -514,7 +513,8 @@ async def test_a_slack_url_is_kept_in_prefect_s_slack_block(
         assert done == (
             f"created notification block slack-webhook/{WEBHOOK_BLOCK_NAME} (Slack incoming "
             f"webhook at https://hooks.slack.com/…); created automation {AUTOMATION_NAME!r} "
-            f"(sends through slack-webhook/{WEBHOOK_BLOCK_NAME})"
+            f"(sends through slack-webhook/{WEBHOOK_BLOCK_NAME}); created automation "
+            f"{APPROVAL_AUTOMATION_NAME!r} (sends through slack-webhook/{WEBHOOK_BLOCK_NAME})"
         )
         block = await SlackWebhook.aload(WEBHOOK_BLOCK_NAME)
         assert block.url.get_secret_value() == slack
@@ -532,3 +532,33 @@ async def test_a_slack_url_is_kept_in_prefect_s_slack_block(
         moved = await ensure_failure_notifications()
         assert moved.startswith(f"created notification block custom-webhook/{WEBHOOK_BLOCK_NAME}")
         assert moved.endswith(f"now sends through custom-webhook/{WEBHOOK_BLOCK_NAME}")
+
+
+async def test_bootstrap_adds_a_newly_declared_end_of_wait_to_an_existing_crash_automation(
+    postgres_prefect_server: PrefectServer,
+) -> None:
+    """An install from before approvals has crash automations that do not know Suspended: a
+    waiting run would be marked Crashed. Bootstrap adds it, keeping the operator's edits."""
+    declared = crash_automations(90)[0]
+    assert isinstance(declared.trigger, EventTrigger)
+    new = {"prefect.flow-run.Suspended", "prefect.flow-run.Paused"}
+    old = declared.model_copy(deep=True)
+    assert isinstance(old.trigger, EventTrigger)
+    old.trigger.expect = set(declared.trigger.expect) - new
+    old.description = "edited by an operator"
+    with temporary_settings({PREFECT_API_URL: postgres_prefect_server.api_url}):
+        async with get_client() as client:
+            for existing in await client.read_automations_by_name(declared.name):
+                await client.delete_automation(existing.id)
+            await client.create_automation(old)
+        done = await ensure_unresponsive_run_detection()
+        assert (
+            f"updated automation {declared.name!r} (enabled): now grace 90 s; also ends its "
+            "wait on prefect.flow-run.Paused, prefect.flow-run.Suspended"
+        ) in done
+        async with get_client() as client:
+            (kept,) = await client.read_automations_by_name(declared.name)
+        assert isinstance(kept.trigger, EventTrigger)
+        assert set(kept.trigger.expect) == set(declared.trigger.expect)
+        assert kept.description == "edited by an operator"
+        assert f"kept automation {declared.name!r}" in await ensure_unresponsive_run_detection()
