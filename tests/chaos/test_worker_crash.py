@@ -58,7 +58,12 @@ def test_worker_killed_mid_run_is_marked_crashed_and_the_rerun_finishes(
     control = SandboxControl(stack.sandbox_url)
     seed = control.seed()
     group, people = seed["groups"][0], seed["people"][:400]
-    parameters = {"group_ids": [group], "person_ids": people, "concurrency": 1}
+    parameters = {
+        "group_ids": [group],
+        "person_ids": people,
+        "concurrency": 1,
+        "require_approval": False,  # this test is about the crash, not the approval
+    }
     control.set_fault(route=ADD_PEOPLE, latency_ms=500)
 
     killed_run = run_deployment(stack, DEPLOYMENT, parameters)

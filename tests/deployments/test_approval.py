@@ -1,0 +1,369 @@
+"""Four-eyes approval through the deployment, as operators use it (write_engine/approval.py).
+
+A real ``prefect server start`` (PostgreSQL), ``prefect deploy --all`` of prefect.yaml (where
+``add-people-to-groups/on-demand`` requires approval), one process worker and the sandbox. Runs
+are started and resumed through the Prefect REST API, exactly what the UI's Run and Resume
+buttons send; the sandbox counts every add-people call per group and person.
+
+One stack for the module; the tests use different groups, so the counts stay apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployments.automations import WEBHOOK_ENV
+from deployments.stack import LocalStack, StackOptions
+from sandbox.control import SandboxControl
+from tests.fixtures.stack import (
+    assert_no_secret_in_prefect_database,
+    eventually,
+    run_deployment,
+    state_of,
+)
+from tests.fixtures.webhooks import Receiver, webhook_receiver
+from write_engine.approval import APPROVED_EVENT, AWAITING_EVENT, REJECTED_EVENT
+
+pytestmark = pytest.mark.timeout(600)
+
+ADD = "add-people-to-groups/on-demand"
+RERUN = "rerun-failed-items/on-failed-items"
+ADD_PEOPLE = "POST /v1/groups/{groupId}/add-people"
+#: crash detection's grace (the default is 90 s): a wait longer than this proves a suspended
+#: run is not taken for a dead one
+GRACE_SECONDS = 45
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    with webhook_receiver("approvals") as received:
+        yield received
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_databases: Callable[[], str],
+    receiver: Receiver,
+) -> Iterator[LocalStack]:
+    options = StackOptions(
+        database_url=postgres_databases(),
+        state_dir=tmp_path_factory.mktemp("stack"),
+        prefect_port=None,
+        sandbox_port=None,
+        ui=False,
+        worker_poll_seconds=1.0,
+        unresponsive_run_grace_seconds=GRACE_SECONDS,
+        startup_timeout=180.0,
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(WEBHOOK_ENV, receiver.url)  # read by bootstrap: the notification block
+        with LocalStack(options) as running:
+            yield running
+            assert_no_secret_in_prefect_database(running)
+
+
+@pytest.fixture(scope="module")
+def control(stack: LocalStack) -> Iterator[SandboxControl]:
+    client = SandboxControl(stack.sandbox_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def seed(control: SandboxControl) -> dict[str, Any]:
+    return control.seed()
+
+
+# --------------------------------------------------------------------------- helpers
+def added(control: SandboxControl, group: str) -> dict[str, int]:
+    """How often each person was sent to ``group``."""
+    counts: dict[str, int] = control.stats()["group_add_counts"].get(group, {})
+    return counts
+
+
+def add_calls(control: SandboxControl) -> int:
+    return int(control.stats()["route_counts"].get(ADD_PEOPLE, 0))
+
+
+def csv_rows(pairs: list[tuple[str, str]]) -> str:
+    return "person_id,group_id\n" + "".join(f"{person},{group}\n" for group, person in pairs)
+
+
+def suspended(stack: LocalStack, run_id: str) -> dict[str, Any] | None:
+    state = state_of(stack, run_id)
+    if state["type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
+        raise AssertionError(f"the run ended {state['name']} instead of waiting: {state}")
+    return state if state["name"] == "Suspended" else None
+
+
+def wait_for_approval(stack: LocalStack, run_id: str) -> dict[str, Any]:
+    return eventually("the run to wait for approval", lambda: suspended(stack, run_id), 120)
+
+
+def resume(stack: LocalStack, run_id: str, **answer: Any) -> dict[str, Any]:
+    """What the UI's Resume form sends."""
+    response = stack.request("POST", f"/flow_runs/{run_id}/resume", {"run_input": answer})
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def final_state(stack: LocalStack, run_id: str, timeout: float = 180.0) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        state = state_of(stack, run_id)
+        return state if state["type"] in {"COMPLETED", "FAILED", "CANCELLED"} else None
+
+    return eventually("the run's final state", done, timeout)
+
+
+def history(stack: LocalStack, run_id: str) -> list[str]:
+    states = stack.request("GET", f"/flow_run_states/?flow_run_id={run_id}").json()
+    return [state["name"] for state in sorted(states, key=lambda s: s["timestamp"])]
+
+
+def artifact(stack: LocalStack, run_id: str, key: str) -> dict[str, Any]:
+    query = {"artifacts": {"flow_run_id": {"any_": [run_id]}, "key": {"any_": [key]}}}
+    (found,) = stack.request("POST", "/artifacts/filter", query).json()
+    if isinstance(found["data"], str):  # a table artifact's rows, as JSON text
+        found["data"] = json.loads(found["data"])
+    return dict(found)
+
+
+def events(stack: LocalStack, name: str, run_id: str) -> list[dict[str, Any]]:
+    query = {
+        "filter": {
+            "event": {"name": [name]},
+            "resource": {"id": [f"prefect.flow-run.{run_id}"]},
+        },
+        "limit": 10,
+    }
+    return list(stack.request("POST", "/events/filter", query).json()["events"])
+
+
+def stored_event(stack: LocalStack, name: str, run_id: str) -> dict[str, Any]:
+    (event,) = eventually(f"the {name} event", lambda: events(stack, name, run_id), 60)
+    return dict(event)
+
+
+def flow_run_processes(stack: LocalStack) -> list[Any]:
+    """The flow-run processes the worker started (below the worker itself)."""
+    (worker,) = stack.workers()
+    return worker.tree()[1:]
+
+
+# --------------------------------------------------------------------------- the tests
+def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any], receiver: Receiver
+) -> None:
+    groups, people = seed["groups"], seed["people"]
+    plan = [(groups[0], p) for p in people[:120]] + [(groups[1], p) for p in people[120:150]]
+    calls_before = add_calls(control)
+
+    run = run_deployment(stack, ADD, {"pasted_rows": csv_rows(plan)})
+    wait_for_approval(stack, run)
+    assert add_calls(control) == calls_before, "nothing is sent before the decision"
+    eventually("the run's process to end", lambda: not flow_run_processes(stack), 60)
+
+    # the plan an approver reads: counts per group, and the full list
+    shown = artifact(stack, run, "add-people-to-groups-plan")
+    assert "Plan awaiting approval: 150 item(s)" in shown["description"]
+    assert f"| group {groups[0]} | 120 |" in shown["description"]
+    assert f"| group {groups[1]} | 30 |" in shown["description"]
+    assert len(shown["data"]) == 150
+
+    # the approvers are told, with the counts and the run
+    notice = eventually(
+        "the approval notification", lambda: receiver.find(lambda p: run in json.dumps(p)), 90
+    )
+    assert notice["subject"].startswith("[compliance-flows] Approval needed: add-people-to-groups")
+    assert "150 item(s)" in notice["subject"]
+    assert f"group {groups[0]}: 120, group {groups[1]}: 30" in notice["body"]
+    assert f"runs/flow-run/{run}" in notice["body"]
+
+    # the one worker serves another run meanwhile: the waiting run holds no process
+    other = run_deployment(
+        stack,
+        ADD,
+        {"group_ids": [groups[2]], "person_ids": [people[499]], "require_approval": False},
+    )
+    assert final_state(stack, other)["type"] == "COMPLETED"
+    assert suspended(stack, run), "still waiting"
+
+    # crash detection does not take the waiting run for a dead one, nor does a new worker
+    # (the old one's machine lost) lose it
+    stack.replace_worker()
+    eventually(
+        "crash detection's grace to pass", lambda: _older_than(stack, run, GRACE_SECONDS + 15)
+    )
+    assert suspended(stack, run), "still waiting after the grace and a new worker"
+
+    answer = resume(
+        stack, run, approve=True, approver="Dana Reyes (security)", reason="CHG-1234 onboarding"
+    )
+    assert answer["status"] == "ACCEPT", answer
+    assert final_state(stack, run)["type"] == "COMPLETED"
+
+    assert added(control, groups[0]) == {p: 1 for _, p in plan[:120]}
+    assert added(control, groups[1]) == {p: 1 for _, p in plan[120:]}
+    assert add_calls(control) - calls_before == 3 + 1, "2 chunks + 1 chunk, and the other run"
+    assert history(stack, run).count("Suspended") == 1
+
+    results = artifact(stack, run, "add-people-to-groups-results")
+    assert "Approved by Dana Reyes (security) at " in results["description"]
+    assert "CHG-1234 onboarding" in results["description"]
+    approved = stored_event(stack, APPROVED_EVENT, run)
+    assert approved["payload"]["approver"] == "Dana Reyes (security)"
+    assert approved["payload"]["reason"] == "CHG-1234 onboarding"
+    assert approved["payload"]["total"] == 150
+    assert stored_event(stack, AWAITING_EVENT, run)["payload"]["total"] == 150
+
+
+def _older_than(stack: LocalStack, run_id: str, seconds: float) -> bool:
+    state = state_of(stack, run_id)
+    entered = datetime.fromisoformat(state["timestamp"])
+    return (datetime.now(UTC) - entered).total_seconds() > seconds
+
+
+def test_a_rejected_plan_sends_nothing_and_the_run_ends_cancelled(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any]
+) -> None:
+    group, people = seed["groups"][3], seed["people"][:40]
+    rows = json.dumps([{"person_id": p, "group_id": group} for p in people])
+    calls_before = add_calls(control)
+
+    run = run_deployment(stack, ADD, {"pasted_rows": rows})
+    wait_for_approval(stack, run)
+    resume(stack, run, approve=False, approver="Sam Ortiz", reason="no ticket for this access")
+    state = final_state(stack, run)
+
+    assert state["type"] == "CANCELLED"
+    assert "Rejected by Sam Ortiz" in state["message"]
+    assert "nothing was sent" in state["message"]
+    assert add_calls(control) == calls_before and added(control, group) == {}
+    results = artifact(stack, run, "add-people-to-groups-results")
+    assert "Rejected by Sam Ortiz at " in results["description"]
+    assert {row["outcome"] for row in results["data"]} == {"skipped"}
+    assert "no ticket for this access" in results["data"][0]["reason"]
+    rejected = stored_event(stack, REJECTED_EVENT, run)
+    assert rejected["payload"]["approved"] is False
+    assert rejected["payload"]["reason"] == "no ticket for this access"
+
+    # nothing to rerun: a rejected plan leaves no failed-items record
+    rerun = run_deployment(stack, RERUN, {"flow_run_id": run})
+    assert final_state(stack, rerun)["type"] == "FAILED"
+    assert add_calls(control) == calls_before
+
+
+def test_an_unanswered_plan_expires_with_nothing_sent(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any], receiver: Receiver
+) -> None:
+    group, people = seed["groups"][4], seed["people"][200:210]
+    calls_before = add_calls(control)
+
+    run = run_deployment(
+        stack,
+        ADD,
+        {"group_ids": [group], "person_ids": people, "approval_deadline_hours": 0.002},
+    )
+    wait_for_approval(stack, run)
+    state = final_state(stack, run, timeout=120)
+
+    assert state["type"] == "FAILED"
+    assert "paused and never resumed" in state["message"]
+    assert add_calls(control) == calls_before and added(control, group) == {}
+    failure = eventually(
+        "the failure notification",
+        lambda: receiver.find(lambda p: run in p["body"] and "Failed" in p["subject"]),
+        90,
+    )
+    assert "No one approved or rejected its plan before the approval deadline" in failure["body"]
+
+
+def test_a_file_changed_since_the_plan_is_refused_with_nothing_sent(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any], tmp_path: Path
+) -> None:
+    group, people = seed["groups"][3], seed["people"][300:320]
+    people_file = tmp_path / "people.csv"  # the worker runs on this machine: it reads it
+    people_file.write_text("person_id\n" + "\n".join(people) + "\n")
+    calls_before = add_calls(control)
+
+    run = run_deployment(stack, ADD, {"group_ids": [group], "input_file": str(people_file)})
+    wait_for_approval(stack, run)
+    people_file.write_text("person_id\n" + "\n".join([*people, seed["people"][321]]) + "\n")
+    resume(stack, run, approve=True, approver="Dana Reyes", reason="CHG-77")
+    state = final_state(stack, run)
+
+    assert state["type"] == "FAILED"
+    assert "not the approved plan (20 item(s)" in state["message"]
+    assert "now 21 item(s)" in state["message"]
+    assert add_calls(control) == calls_before and added(control, group) == {}
+
+
+def test_a_crash_after_approval_is_recovered_without_asking_again_or_adding_twice(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any]
+) -> None:
+    group, people = seed["groups"][2], seed["people"][:400]
+    control.set_fault(route=ADD_PEOPLE, latency_ms=800)
+    try:
+        run = run_deployment(
+            stack, ADD, {"group_ids": [group], "person_ids": people, "concurrency": 1}
+        )
+        wait_for_approval(stack, run)
+        resume(stack, run, approve=True, approver="Dana Reyes", reason="CHG-9")
+        eventually("the first chunk", lambda: len(added(control, group)) >= 100, 120)
+        processes = flow_run_processes(stack)
+        assert processes, "the resumed run's process"
+        for process in processes:
+            os.kill(process.pid, signal.SIGKILL)  # as if its machine died mid-run
+    finally:
+        control.clear_faults()
+    sent = added(control, group)
+    assert 100 <= len([p for p in people if p in sent]) < len(people), "killed mid-run"
+
+    state = final_state(stack, run, timeout=300)
+    assert state["type"] == "COMPLETED", state
+    names = history(stack, run)
+    assert "Crashed" in names, names
+    assert names.count("Suspended") == 1, f"asked only once: {names}"
+    sent = added(control, group)
+    assert all(sent.get(p) == 1 for p in people), "everybody added, nobody twice"
+    assert len(events(stack, APPROVED_EVENT, run)) == 1
+
+
+def test_a_rerun_of_an_approved_run_needs_no_second_approval(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any]
+) -> None:
+    group, people = seed["groups"][1], seed["people"][450:460]
+    unknown = "person-that-does-not-exist"
+    plan = [(group, p) for p in people] + [(group, unknown)]
+
+    run = run_deployment(stack, ADD, {"pasted_rows": csv_rows(plan)})
+    wait_for_approval(stack, run)
+    resume(stack, run, approve=True, approver="Dana Reyes", reason="CHG-12")
+    assert final_state(stack, run)["type"] == "FAILED", "the unknown person failed"
+    assert all(added(control, group).get(p) == 1 for p in people)
+    calls_before = add_calls(control)
+
+    rerun = run_deployment(stack, RERUN, {"flow_run_id": run})
+    state = final_state(stack, rerun)
+    assert state["type"] == "FAILED", "the person is still unknown"
+    assert "Suspended" not in history(stack, rerun)
+    assert add_calls(control) - calls_before == 1, "only the failed item, in one call"
+    assert all(added(control, group).get(p) == 1 for p in people)
+
+
+def test_the_run_form_offers_pasted_rows_and_approval(stack: LocalStack) -> None:
+    deployment = stack.request("GET", f"/deployments/name/{ADD}").json()
+    properties = deployment["parameter_openapi_schema"]["properties"]
+    assert deployment["parameters"]["require_approval"] is True
+    assert "person_id and optional group_id" in properties["pasted_rows"]["description"]
+    assert properties["approval_deadline_hours"]["exclusiveMinimum"] == 0
+    assert properties["require_approval"]["default"] is False  # the flow's own default
