@@ -1,5 +1,6 @@
-"""``make bench``: every benchmark against its plain baseline in the same run; each run is
-appended to bench/runs.json, and bench/RESULTS.md is generated from it (bench/report.py).
+"""``make bench``: every benchmark against its plain baseline, in the same run.
+
+Each run is appended to bench/runs.json; bench/RESULTS.md is generated from it (bench/report.py).
 
     uv run --no-sync python -m bench [--quick] [--only add_people token_contention ...]
         [--repeats N] [--profile] [--render-only]

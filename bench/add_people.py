@@ -1,17 +1,13 @@
 """Bulk add-people: the Prefect flow vs a plain asyncio + httpx script, side by side.
 
-    uv run --no-sync python -m bench.add_people [--sizes 10000 100000] [--concurrency 8]
-        [--latency-ms 100] [--repeats 1] [--profile] [--backend sqlite|postgresql]
-
-Both sides read the same CSV of person ids, send chunks of 100 to one group with the same
-concurrency and mint one token. Each run is a fresh child process against the same sandbox
-process (reset between runs) and one Prefect server (``--backend``: SQLite, or a fresh
-PostgreSQL database; the same ``prefect server start`` with the project's settings either way);
-runs alternate plain/flow so a load spike on the machine hits both. Reported per size: wall
-time, time to the first request and to the first add-people call (sampled from the sandbox's
-counters), API calls (must be ceil(N/100)), token mints (must be 1), per-person adds (each
-exactly 1) and peak RSS; across sizes the marginal cost ratio
-(T_flow(big) - T_flow(small)) / (T_plain(big) - T_plain(small)).
+Both read the same CSV of person ids, send chunks of 100 to one group with the same concurrency
+and mint one token. Each run is a fresh child process against one sandbox process (reset between
+runs, 100 ms latency per call) and one Prefect server (SQLite, or a fresh PostgreSQL database);
+plain and flow runs alternate, so a load spike on the machine hits both. Per run: wall time, time
+to the first request and to the first add-people call (from the sandbox's counters), API calls
+(must be ceil(N/100)), token mints (1), per-person adds (each exactly 1) and peak RSS; across
+sizes the marginal cost ratio (T_flow(big) - T_flow(small)) / (T_plain(big) - T_plain(small)).
+Run it with ``python -m bench --only add_people``; ``child`` is a timed process.
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ import asyncio
 import csv
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -30,16 +27,17 @@ from typing import Any
 from bench.common import (
     ADD_PEOPLE_ROUTE,
     DEMO_CLIENT_ID,
-    ChildRun,
+    TOKEN_REQUEST,
     ForeignCpu,
     child_env,
     database_name,
     emit_result,
     peak_rss_mb,
+    prefect_server,
     ratio,
     run_child,
-    running_prefect_server,
     sandbox_process,
+    upsert_limit,
     use_bytecode_cache,
     wait_for_prefect_idle,
 )
@@ -48,7 +46,6 @@ CHUNK = 100
 #: the marginal cost ratio each backend must stay under (PostgreSQL: the scale-out issue's)
 MARGINAL_TARGETS = {"sqlite": 1.15, "postgresql": 1.10}
 BENCH_TOKEN_LIMIT = "bench-token-endpoint"
-SCOPE = "service-api.all:read service-api.all:write"
 
 
 # --------------------------------------------------------------------------- the two children
@@ -61,22 +58,12 @@ async def plain_add_people(
     base_url: str, group: str, path: str, concurrency: int
 ) -> dict[str, Any]:
     """What a competent engineer writes without Prefect: one client, a semaphore, 100 per call."""
-    import os
-
     import httpx
 
     people = read_people(path)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60) as http:
-        grant = await http.post(
-            "/oauth/token",
-            json={
-                "grant_type": "client_credentials",
-                "client_id": os.environ["COMPLIANCE_CLIENT_ID"],
-                "client_secret": os.environ["COMPLIANCE_CLIENT_SECRET"],
-                "scope": SCOPE,
-            },
-        )
+        grant = await http.post("/oauth/token", json=TOKEN_REQUEST)
         grant.raise_for_status()
         headers = {"Authorization": f"Bearer {grant.json()['access_token']}"}
         gate = asyncio.Semaphore(concurrency)
@@ -115,7 +102,15 @@ async def flow_add_people(group: str, path: str, concurrency: int) -> dict[str, 
     }
 
 
-def child_main(args: argparse.Namespace) -> None:
+def child_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench.add_people child")
+    parser.add_argument("mode", choices=["plain", "flow"])
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--file", required=True)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--profile", default=None)
+    args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.mode == "plain":
         coro = plain_add_people(args.base_url, args.group, args.file, args.concurrency)
@@ -161,20 +156,20 @@ def _measure(
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     command = [sys.executable, "-m", "bench.add_people", "child", mode, "--group", group]
     command += ["--file", people_file, "--concurrency", str(concurrency)]
-    command += ["--base-url", sandbox.url]
-    if profile:
-        command += ["--profile", profile]
-    run: ChildRun = run_child(command, env, control=sandbox.control, data_route=ADD_PEOPLE_ROUTE)
+    command += ["--base-url", sandbox.url] + (["--profile", profile] if profile else [])
+    run = run_child(command, env, control=sandbox.control, data_route=ADD_PEOPLE_ROUTE)
     stats = sandbox.control.stats()
     adds = stats["group_add_counts"].get(group, {})
     if run.returncode != 0 or not run.result:
         raise RuntimeError(f"{mode} child failed ({run.returncode}):\n{run.stderr_tail}")
+    first = [run.first_request_seconds, run.first_data_call_seconds]
+    first_request, first_call = (None if s is None else round(s, 3) for s in first)
     return {
         "mode": mode,
         "size": size,
         "wall_seconds": round(run.wall_seconds, 3),
-        "first_request_seconds": _round(run.first_request_seconds),
-        "first_call_seconds": _round(run.first_data_call_seconds),
+        "first_request_seconds": first_request,
+        "first_call_seconds": first_call,
         "api_calls": stats["route_counts"].get(ADD_PEOPLE_ROUTE, 0),
         "expected_calls": math.ceil(size / CHUNK),
         "token_mints": stats["token_mints"].get(DEMO_CLIENT_ID, 0),
@@ -188,46 +183,35 @@ def _measure(
     }
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
 def summarize(
     runs: list[dict[str, Any]], sizes: list[int], target: float = MARGINAL_TARGETS["sqlite"]
 ) -> dict[str, Any]:
     """Medians per (mode, size), the marginal ratio and the start-up costs."""
-    import statistics
 
-    def median(mode: str, size: int, key: str) -> float:
-        values = [r[key] for r in runs if r["mode"] == mode and r["size"] == size and r[key]]
+    def median(values: list[float]) -> float:
         return statistics.median(values) if values else 0.0
+
+    def wall(mode: str, size: int, after_first_call: bool = False) -> float:
+        """The median wall time; after the first call: the (noisy) start-up left out."""
+        chosen = [r for r in runs if (r["mode"], r["size"]) == (mode, size) and r["wall_seconds"]]
+        if after_first_call:
+            chosen = [
+                r | {"wall_seconds": r["wall_seconds"] - r["first_call_seconds"]}
+                for r in chosen
+                if r["first_call_seconds"] is not None
+            ]
+        return median([r["wall_seconds"] for r in chosen])
+
+    def startup(mode: str, key: str) -> float:
+        return round(median([r[key] for r in runs if r["mode"] == mode and r[key] is not None]), 3)
 
     small, big = min(sizes), max(sizes)
-    flow_delta = median("flow", big, "wall_seconds") - median("flow", small, "wall_seconds")
-    plain_delta = median("plain", big, "wall_seconds") - median("plain", small, "wall_seconds")
-
-    def all_sizes(mode: str, key: str) -> float:
-        values = [r[key] for r in runs if r["mode"] == mode and r[key] is not None]
-        return round(statistics.median(values), 3) if values else 0.0
-
-    def calls_phase(mode: str, size: int) -> float:
-        """Wall time after the first add-people call: the start-up (noisy) left out."""
-        values = [
-            r["wall_seconds"] - r["first_call_seconds"]
-            for r in runs
-            if r["mode"] == mode and r["size"] == size and r["first_call_seconds"] is not None
-        ]
-        return statistics.median(values) if values else 0.0
-
-    startup = {
-        mode: {
-            "first_request_seconds": all_sizes(mode, "first_request_seconds"),
-            "first_call_seconds": all_sizes(mode, "first_call_seconds"),
-        }
+    flow_delta, plain_delta = (wall(m, big) - wall(m, small) for m in ("flow", "plain"))
+    calls_deltas = [wall(m, big, True) - wall(m, small, True) for m in ("flow", "plain")]
+    fixed = {
+        mode: {key: startup(mode, key) for key in ("first_request_seconds", "first_call_seconds")}
         for mode in ("plain", "flow")
     }
-    flow_calls = calls_phase("flow", big) - calls_phase("flow", small)
-    plain_calls = calls_phase("plain", big) - calls_phase("plain", small)
     checks = {
         "calls_equal_ceil_n_over_100": all(r["api_calls"] == r["expected_calls"] for r in runs),
         "one_token_mint_per_run": all(r["token_mints"] == 1 for r in runs),
@@ -236,17 +220,16 @@ def summarize(
             for r in runs
         ),
     }
+    extra = fixed["flow"]["first_call_seconds"] - fixed["plain"]["first_call_seconds"]
     return {
         "sizes": [small, big],
         "marginal_ratio": ratio(flow_delta, plain_delta),
         "marginal_target": target,
-        "marginal_ratio_after_first_call": ratio(flow_calls, plain_calls),
+        "marginal_ratio_after_first_call": ratio(*calls_deltas),
         "flow_marginal_seconds": round(flow_delta, 3),
         "plain_marginal_seconds": round(plain_delta, 3),
-        "fixed_startup": startup,
-        "startup_extra_seconds": round(
-            startup["flow"]["first_call_seconds"] - startup["plain"]["first_call_seconds"], 3
-        ),
+        "fixed_startup": fixed,
+        "startup_extra_seconds": round(extra, 3),
         "checks": checks,
     }
 
@@ -267,10 +250,12 @@ def run(
     use_bytecode_cache()
     with (
         sandbox_process(scale=scale, latency_ms=latency_ms) as sandbox,
-        running_prefect_server(backend) as server,
+        prefect_server(backend) as server,
     ):
         api = server.api_url
-        asyncio.run(_bench_token_limit())
+        # the sandbox (and its token budget) is reset between runs: consecutive runs must not
+        # wait out the production bucket's 15 s slot
+        upsert_limit(BENCH_TOKEN_LIMIT, limit=5, per_second=5 / 60)
         seed = sandbox.control.seed()
         group, people = seed["groups"][0], seed["people"]
         if len(people) < max(sizes):
@@ -286,13 +271,12 @@ def run(
                 for size in sizes:
                     for mode in order:
                         result = _measure(mode, size, files[size], group, concurrency, sandbox, api)
-                        print(json.dumps(result), file=sys.stderr, flush=True)  # noqa: T201
+                        print(json.dumps(result), file=sys.stderr, flush=True)
                         runs.append(result)
         if profile:
             target = str(workdir / "flow.prof")
-            _measure(
-                "flow", max(sizes), files[max(sizes)], group, concurrency, sandbox, api, target
-            )
+            big = max(sizes)
+            _measure("flow", big, files[big], group, concurrency, sandbox, api, target)
             profile_text = top_functions(target)
     return {
         "config": {
@@ -312,17 +296,6 @@ def run(
     }
 
 
-async def _bench_token_limit() -> None:
-    """A token-endpoint limit for the bench: the sandbox (and its token budget) is reset
-    between runs, so consecutive runs must not wait out the production bucket's 15 s slot."""
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as client:
-        await client.upsert_global_concurrency_limit_by_name(
-            BENCH_TOKEN_LIMIT, limit=5, slot_decay_per_second=5 / 60
-        )
-
-
 def top_functions(path: str, limit: int = 25) -> str:
     import io
     import pstats
@@ -334,39 +307,7 @@ def top_functions(path: str, limit: int = 25) -> str:
     return out.getvalue()
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "child":
-        parser = argparse.ArgumentParser(prog="bench.add_people child")
-        parser.add_argument("mode", choices=["plain", "flow"])
-        parser.add_argument("--group", required=True)
-        parser.add_argument("--file", required=True)
-        parser.add_argument("--concurrency", type=int, default=8)
-        parser.add_argument("--base-url", required=True)
-        parser.add_argument("--profile", default=None)
-        child_main(parser.parse_args(argv[1:]))
-        return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs=2, default=[10_000, 100_000])
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--latency-ms", type=float, default=100.0)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--profile", action="store_true", help="cProfile one extra big flow run")
-    parser.add_argument("--backend", choices=sorted(MARGINAL_TARGETS), default="sqlite")
-    args = parser.parse_args(argv)
-    result = run(
-        args.sizes,
-        concurrency=args.concurrency,
-        latency_ms=args.latency_ms,
-        repeats=args.repeats,
-        profile=args.profile,
-        backend=args.backend,
-    )
-    profile = result.pop("profile")
-    print(json.dumps(result, indent=2))  # noqa: T201
-    if profile:
-        print(profile)  # noqa: T201
-
-
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] != ["child"]:
+        sys.exit("the benchmark: python -m bench --only add_people")
+    child_main(sys.argv[2:])

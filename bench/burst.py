@@ -1,44 +1,31 @@
-"""Bursts of discovered vendors through the whole stack: 40 and 400, SQLite, PostgreSQL, and
-PostgreSQL with Redis as two API replicas and a services process.
+"""Bursts of discovered vendors through the whole stack: 40 and 400, on SQLite, PostgreSQL, and
+PostgreSQL with Redis as two API replicas and a services process (``python -m bench --only
+burst``).
 
-    uv run --no-sync python -m bench.burst [--sizes 40 400]
-        [--backends sqlite postgresql replicas] [--timeout 600]
+Per backend one stack, the one ``make serve`` runs (``deployments.stack.LocalStack``): SQLite in
+the state directory with 1 worker; a fresh PostgreSQL database (dropped after) with 3 workers
+that share nothing but the Prefect API; and ``replicas``, the same on a fresh PostgreSQL and
+Redis database split into 2 API servers and a services process (docs/scaling.md). Its bursts run
+one after the other, smallest first, nothing reset between them.
 
-Per backend one stack, the one ``make serve`` runs (``deployments.stack.LocalStack``: sandbox,
-Prefect server, bootstrap, ``prefect deploy --all``, the token on the Prefect server): on SQLite
-(in the state directory) with 1 worker, on a fresh PostgreSQL database (dropped afterwards)
-with 3 workers that share nothing but the Prefect API, and (``replicas``) the same on a fresh
-PostgreSQL database and Redis database, split into 2 API servers and a services process with
-the workers spread over them (docs/scaling.md). The bursts run on it one after the
-other, smallest first: nothing is reset between them, the vendors are new and the promote
-flow's checkpoint has moved on by itself.
+One burst: the sandbox discovers ``size`` vendors at once (one audit entry each); one run of
+``bridge-event-log`` turns the entries into events; the trigger of
+``promote-discovered-vendors`` debounces them into runs that each promote every vendor logged
+since the promote flow's checkpoint: one run, ideally. The bridge's schedule and the promote
+deployment's ``catch-up`` are off, so the trigger path carries the burst: a vendor only the
+catch-up would have found counts as not managed.
 
-One burst: the sandbox discovers ``size`` vendors at once (one ``VENDOR_DISCOVERED`` audit
-entry each); one run of ``bridge-event-log`` turns the entries into events; the trigger of
-``promote-discovered-vendors`` debounces them (it fires on the first event and not again
-within 10 s; the run starts 10 s later) into runs with ``from_audit_log``, each of which
-promotes every vendor logged since the promote flow's own checkpoint: one run, ideally, for
-the whole burst. The promote checkpoint is never reset here: bootstrap starts it a few
-minutes before the stack came up, so vendors injected afterwards are found. The bridge's
-3-minute schedule and the promote deployment's 15-minute ``catch-up`` schedule are off during
-the bursts, so the one bridge run started here and the trigger path carry each burst: a vendor
-that only the catch-up would have found counts as not managed.
-
-Measured per burst: seconds from the bridge run's creation until the sandbox has managed every
-injected vendor; then, once every promotion run is final, the bridge run too and no crash
-recovery runs (held ``SETTLE_SECONDS``, so a late trigger's run is counted), the promotion runs
-created since the burst began and their states, vendors managed twice and not at all, runs
-started again after a crash, "database is locked" errors and tracebacks the stack logged
-meanwhile, token mints and 401s. ``TARGETS``: what the issues ask of a burst of 400 (on the
-replicas: within ``REPLICA_WALL_RATIO`` of the PostgreSQL burst of the same run).
+Measured: seconds from the bridge run's creation until the sandbox has managed every vendor;
+then, once every run is final and no crash recovery runs (held ``SETTLE_SECONDS``), the
+promotion runs and their states, vendors managed twice and not at all, runs started again,
+"database is locked" errors and tracebacks the stack logged meanwhile, token mints and 401s.
+``target_checks``: what the issues ask of a burst of 400.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
-import json
 import sys
 import tempfile
 import time
@@ -518,38 +505,14 @@ def bursts_on(backend: str, sizes: list[int], timeout: float) -> dict[str, Any]:
                         burst = {"size": size, "error": traceback.format_exc()[-4000:]}
                     burst["targets"] = target_checks(backend, burst)
                     side["bursts"].append(burst)
-                    print(json.dumps(summary_row(backend, burst)), file=sys.stderr, flush=True)  # noqa: T201
+                    wall, met = burst.get("wall_seconds"), targets_met(burst["targets"])
+                    print(f"bench.burst: {wall} s, targets met: {met}", file=sys.stderr)
             finally:
                 control.close()
                 api.close()
         side["log_counts"] = log_counts(stack.logs_dir)
     side["database"] = "SQLite (state dir)" if database_url is None else "PostgreSQL (fresh)"
     return side
-
-
-SUMMARY_KEYS = (
-    "wall_seconds",
-    "promote_runs",
-    "promote_states",
-    "vendors_managed_twice",
-    "vendors_not_managed",
-    "database_is_locked",
-    "tracebacks",
-    "mints",
-    "401s",
-    "runs_started_again",
-    "bridge_state",
-)
-
-
-def summary_row(backend: str, burst: dict[str, Any]) -> dict[str, Any]:
-    """The burst's headline numbers, and whether it met the issue's targets (None: none)."""
-    row: dict[str, Any] = {"backend": backend, "size": burst.get("size")}
-    if "error" in burst:
-        return row | {"error": burst["error"].strip().splitlines()[-1]}
-    row |= {key: burst.get(key) for key in SUMMARY_KEYS}
-    row["targets_met"] = targets_met(burst.get("targets"))
-    return row
 
 
 def judge_replicas(results: dict[str, Any]) -> None:
@@ -593,31 +556,9 @@ def run(
             "paused_during_the_bursts": [BRIDGE, f"{PROMOTE} ({CATCH_UP})"],
             "backends": backends,
         },
-        "summary": [
-            summary_row(backend, burst)
-            for backend, side in results.items()
-            for burst in side.get("bursts") or []
-        ],
         "backends": results,
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--backends", nargs="+", choices=STACKS, default=list(STACKS))
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_SECONDS,
-        help="seconds per burst, from the bridge run's creation",
-    )
-    args = parser.parse_args(argv)
-    from bench.common import use_bytecode_cache
-
-    use_bytecode_cache()
-    print(json.dumps(run(args.sizes, args.backends, args.timeout), indent=1))  # noqa: T201
-
-
 if __name__ == "__main__":
-    main()
+    sys.exit("the benchmark: python -m bench --only burst")

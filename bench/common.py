@@ -1,9 +1,9 @@
 """What every benchmark shares: the sandbox in its own process, a Prefect server, child
-processes that are timed from the outside, and the machine's description.
+processes timed from the outside, and the machine's description.
 
 Client and server never share an interpreter: the sandbox runs as ``python -m sandbox`` and the
-code under test runs in a fresh child process, so a child's wall time includes everything an
-operator pays for (interpreter start, imports, the Prefect flow run) and its peak RSS is its own.
+code under test in a fresh child process, so a child's wall time includes everything an operator
+pays for (interpreter start, imports, the Prefect flow run) and its peak RSS is its own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,26 +36,39 @@ if TYPE_CHECKING:  # imported when a server starts: the children of the plain si
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CLIENT_ID = "demo-manage"
 DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"
+#: the body of a token request, as a plain script sends it
+TOKEN_REQUEST = {
+    "grant_type": "client_credentials",
+    "client_id": DEMO_CLIENT_ID,
+    "client_secret": DEMO_CLIENT_SECRET,
+    "scope": "service-api.all:read service-api.all:write",
+}
 ADD_PEOPLE_ROUTE = "POST /v1/groups/{groupId}/add-people"
 #: a line a child prints last: ``BENCH-RESULT {json}``
 RESULT_MARKER = "BENCH-RESULT "
-#: where the children's bytecode is cached (see :func:`use_bytecode_cache`)
-PYCACHE = Path(tempfile.gettempdir()) / "compliance-flows-bench-pycache"
-#: whether this environment had turned bytecode caching off (recorded in RESULTS.md)
+#: the Prefect server's database in the benchmarks that compare them
+BACKENDS = ("sqlite", "postgresql")
+BACKEND_LABELS = {
+    "sqlite": "SQLite",
+    "postgresql": "PostgreSQL",
+    "replicas": "PostgreSQL + Redis, 2 API replicas",
+}
+#: whether this environment had turned bytecode caching off (recorded with every run)
 BYTECODE_DISABLED_BY_ENV = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
 
 
 def use_bytecode_cache(env: MutableMapping[str, str] | None = None) -> None:
     """Let processes cache compiled bytecode, as any installed deployment does.
 
-    This environment sets PYTHONDONTWRITEBYTECODE=1 and uv does not compile at install, so
-    without this every process would compile ~1,000 Prefect modules from source on start-up
-    (seconds of CPU that no real deployment pays). The cache goes to a private directory, so
-    the shared virtual environment is left untouched.
+    This environment sets PYTHONDONTWRITEBYTECODE=1 and uv does not compile at install: every
+    process would compile ~1,000 Prefect modules on start-up, seconds of CPU no deployment pays.
+    The cache is a private directory, so the shared virtual environment is left untouched.
     """
     target = os.environ if env is None else env
     target.pop("PYTHONDONTWRITEBYTECODE", None)
-    target["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    target["PYTHONPYCACHEPREFIX"] = str(
+        Path(tempfile.gettempdir()) / "compliance-flows-bench-pycache"
+    )
 
 
 def free_port() -> int:
@@ -67,15 +80,11 @@ def free_port() -> int:
 class ForeignCpu:
     """CPU time that processes outside this benchmark used while it ran (``with`` block).
 
-    The flow side keeps most of a core busy and the Prefect server most of the other, the
-    plain script hardly any: a third busy process slows the flow far more than its baseline
-    (docs/performance.md). So a ratio is only comparable with another when this is near zero.
-    Ours: this process, every live descendant and every child it has waited for; foreign: the
-    rest of the machine's busy time (other processes, the kernel's own threads).
-
-    With ``database`` (a PostgreSQL database name), the PostgreSQL backends serving that
-    database are the benchmark's too (the Prefect server's queries run there, outside this
-    process tree): counted as ``database_seconds`` and not as foreign.
+    The flow side keeps most of a core busy and the Prefect server most of the other, the plain
+    script hardly any: a third busy process slows the flow far more than its baseline, so a ratio
+    is only comparable when this is near zero. Ours: this process, its live descendants and the
+    children it waited for; with ``database``, the PostgreSQL backends serving that database
+    (``database_seconds``); foreign: the rest of the machine's busy time.
     """
 
     def __init__(self, database: str | None = None) -> None:
@@ -100,7 +109,6 @@ class ForeignCpu:
         self.share = self.seconds / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
 
     def report(self) -> dict[str, float]:
-        """What RESULTS.md shows (``bench.__main__._foreign_cpu_md``)."""
         report = {
             "seconds": round(self.seconds, 1),
             "share_of_cores": round(self.share, 3),
@@ -112,12 +120,10 @@ class ForeignCpu:
 
 
 def _database_cpu(database: str | None) -> dict[int, float]:
-    """CPU seconds of each PostgreSQL backend whose title names ``database`` (live ones only:
-    a backend that ended is not counted, so this errs towards calling time foreign)."""
-    if not database:
-        return {}
+    """CPU seconds of each live PostgreSQL backend whose title names ``database`` (one that
+    ended is not counted: this errs towards calling time foreign)."""
     seconds: dict[int, float] = {}
-    for process in psutil.process_iter(["pid", "name", "cmdline"]):
+    for process in psutil.process_iter(["pid", "name", "cmdline"]) if database else []:
         with contextlib.suppress(psutil.Error):
             title = " ".join(process.info["cmdline"] or [])
             if process.info["name"].startswith("postgres") and f" {database} " in f"{title} ":
@@ -127,10 +133,7 @@ def _database_cpu(database: str | None) -> dict[int, float]:
 
 
 def _machine_busy_seconds() -> float:
-    """All CPU time not idle; steal (the host running someone else) counts as busy.
-
-    Linux already counts guest time inside user time, so it is not added twice.
-    """
+    """All CPU time not idle; steal counts as busy (guest time is already in user time)."""
     times = psutil.cpu_times()
     not_busy = ("idle", "iowait", "guest", "guest_nice")
     return float(sum(times) - sum(getattr(times, name, 0.0) for name in not_busy))
@@ -139,8 +142,7 @@ def _machine_busy_seconds() -> float:
 def _tree_cpu_seconds() -> float:
     """Each process counted once: live ones by their own time plus their waited-for children."""
     total = 0.0
-    me = psutil.Process()
-    for process in [me, *me.children(recursive=True)]:
+    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
             times = process.cpu_times()
             total += times.user + times.system + times.children_user + times.children_system
@@ -148,12 +150,11 @@ def _tree_cpu_seconds() -> float:
 
 
 def machine() -> dict[str, Any]:
-    """What the numbers were measured on; RESULTS.md prints it above the tables."""
-    memory = psutil.virtual_memory()
+    """What the numbers were measured on, recorded with every run."""
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": os.cpu_count(),
-        "ram_gb": round(memory.total / 2**30, 1),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "prefect": metadata.version("prefect"),
@@ -164,11 +165,8 @@ def machine() -> dict[str, Any]:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident set size.
-
-    ``VmHWM`` first: Linux carries ``ru_maxrss`` across ``execve``, so a child started by a big
-    parent would report the parent's peak.
-    """
+    """This process's peak RSS: ``VmHWM`` first, as Linux carries ``ru_maxrss`` across
+    ``execve`` (a child of a big parent would report the parent's peak)."""
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -178,7 +176,23 @@ def peak_rss_mb() -> float:
 
 def emit_result(result: dict[str, Any]) -> None:
     """The child's last line, parsed by :func:`run_child`."""
-    print(RESULT_MARKER + json.dumps(result), flush=True)  # noqa: T201
+    print(RESULT_MARKER + json.dumps(result), flush=True)
+
+
+def upsert_limit(name: str, limit: int, per_second: float) -> None:
+    """A global concurrency limit on the Prefect server this process talks to: a benchmark's
+    token-endpoint bucket, so a run never waits for a slot the run before it took."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    async def upsert() -> None:
+        async with get_client() as client:
+            await client.upsert_global_concurrency_limit_by_name(
+                name, limit=limit, slot_decay_per_second=per_second
+            )
+
+    asyncio.run(upsert())
 
 
 @dataclass
@@ -187,7 +201,7 @@ class SandboxProcess:
 
     url: str
     process: subprocess.Popen[bytes]
-    control: SandboxControl = field(repr=False)
+    control: SandboxControl
 
     @property
     def pid(self) -> int:
@@ -224,15 +238,6 @@ def sandbox_process(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-#: the Prefect server's database in the benchmarks that compare them
-BACKENDS = ("sqlite", "postgresql")
-BACKEND_LABELS = {
-    "sqlite": "SQLite",
-    "postgresql": "PostgreSQL",
-    "replicas": "PostgreSQL + Redis, 2 API replicas",
-}
 
 
 @contextlib.contextmanager
@@ -277,33 +282,22 @@ def fresh_redis() -> Iterator[str]:
 
 
 def server_base_env() -> dict[str, str]:
-    """The environment of a Prefect server a benchmark starts (settings are added by
-    ``PrefectServer``: the project's server settings, the database)."""
+    """The environment of a Prefect server a benchmark starts (``PrefectServer`` adds the
+    project's server settings and the database)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "COMPLIANCE_"))}
-    env.update(
-        {
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_CLI_PROMPT": "false",
-            "PREFECT_LOGGING_LEVEL": "WARNING",
-            # a traceback when it is stopped while flushing events: noise, not a result
-            "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
-        }
-    )
+    env["PREFECT_SERVER_ANALYTICS_ENABLED"] = env["PREFECT_CLI_PROMPT"] = "false"
+    env["PREFECT_LOGGING_LEVEL"] = "WARNING"
+    # a traceback when it is stopped while flushing events: noise, not a result
+    env["PREFECT_SERVER_LOGGING_LEVEL"] = "CRITICAL"
     return env
 
 
 @contextlib.contextmanager
-def running_prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
-    """``prefect server start`` on SQLite or on a fresh PostgreSQL database; while the block
-    runs, its API is this process's PREFECT_API_URL.
-
-    Both backends run the same server (``deployments.prefect_server.PrefectServer``, every
-    service, the project's server settings, the stack's ``make serve`` server): the database is
-    the only difference. The children talk to it over HTTP, as to any server. Like every server
-    the project starts it requires Prefect's basic auth: a string generated for this server is
-    this process's PREFECT_API_AUTH_STRING while the block runs (``prefect_client_env`` hands
-    both to children).
-    """
+def prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
+    """``prefect server start`` on SQLite or on a fresh PostgreSQL database, the only difference
+    (every service, the project's server settings, as ``make serve``); while the block runs its
+    API and a basic-auth string generated for it are this process's settings
+    (``prefect_client_env`` hands both to children, which talk to it over HTTP)."""
     from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     from deployments.auth import generate_auth_string
@@ -311,22 +305,20 @@ def running_prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
 
     home = Path(tempfile.mkdtemp(prefix=f"compliance-bench-prefect-{backend}-"))
     with fresh_database(backend) as database_url:
-        server = PrefectServer(
-            PrefectServerOptions(
-                port=free_port(),
-                home=home,
-                database_url=database_url,
-                log_path=home / "server.log",
-                startup_timeout=180,
-                auth_string=generate_auth_string(),
-            ),
-            base_env=server_base_env(),
+        options = PrefectServerOptions(
+            port=free_port(),
+            home=home,
+            database_url=database_url,
+            log_path=home / "server.log",
+            startup_timeout=180,
+            auth_string=generate_auth_string(),
         )
+        server = PrefectServer(options, base_env=server_base_env())
         server.start()
         try:
             settings = {
                 PREFECT_API_URL: server.api_url,
-                PREFECT_API_AUTH_STRING: server.options.auth_string,
+                PREFECT_API_AUTH_STRING: options.auth_string,
             }
             with temporary_settings(settings):
                 yield server
@@ -334,66 +326,46 @@ def running_prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
             server.stop()
 
 
-@contextlib.contextmanager
-def prefect_server(backend: str = "sqlite") -> Iterator[str]:
-    """:func:`running_prefect_server`, yielding its PREFECT_API_URL."""
-    with running_prefect_server(backend) as server:
-        yield server.api_url
-
-
 def prefect_client_env() -> dict[str, str]:
-    """PREFECT_API_URL and PREFECT_API_AUTH_STRING of the server this process talks to, for
-    the environment of a child (empty without a configured server)."""
+    """PREFECT_API_URL and PREFECT_API_AUTH_STRING of the server this process talks to, for a
+    child's environment (empty without a configured server)."""
     from prefect.settings import get_current_settings
 
     api = get_current_settings().api
-    env: dict[str, str] = {}
-    if api.url:
-        env["PREFECT_API_URL"] = str(api.url)
+    env = {"PREFECT_API_URL": str(api.url)} if api.url else {}
     if api.auth_string is not None:
         env["PREFECT_API_AUTH_STRING"] = api.auth_string.get_secret_value()
     return env
 
 
-def prefect_http_auth() -> httpx.BasicAuth | None:
-    """Basic auth for a raw httpx call to the server this process talks to."""
-    from deployments.auth import basic_auth
-
-    auth_string = prefect_client_env().get("PREFECT_API_AUTH_STRING")
-    return basic_auth(auth_string) if auth_string else None
-
-
 def database_name(database_url: str | None) -> str | None:
     """The database a PostgreSQL URL names (None for SQLite)."""
-    if not database_url:
-        return None
     from sqlalchemy.engine import make_url
 
-    return make_url(database_url).database
+    return make_url(database_url).database if database_url else None
 
 
-def wait_for_prefect_idle(
-    api_url: str, *, settle_seconds: float = 1.5, limit: float = 180
-) -> float:
-    """Wait until the Prefect server has recorded the previous run's task runs; returns the wait.
+def wait_for_prefect_idle(api_url: str, *, settle: float = 1.5, limit: float = 180) -> float:
+    """Wait until the Prefect server has recorded the previous run's task runs (the count has not
+    changed for ``settle`` seconds); returns the wait.
 
-    The server turns task-run events into rows in the background. A bulk run leaves thousands
-    of them queued, and while the server works through them its SQLite database refuses other
-    writes ("database is locked", a 503 the client retries after 2, 4, 8 ... s): the next run
-    would be timed with the previous run's bill. Idle means the task-run count has stopped
-    changing for ``settle_seconds``.
+    The server turns task-run events into rows in the background. While it works through the
+    thousands a bulk run leaves, its SQLite database refuses other writes ("database is locked",
+    a 503 the client retries after 2, 4, 8 ... s): the next run would pay the previous one's bill.
     """
-    started = time.monotonic()
+    from deployments.auth import basic_auth
+
+    started = stable_since = time.monotonic()
     last: int | None = None
-    stable_since = started
-    base_url = api_url.rstrip("/") + "/"
-    with httpx.Client(base_url=base_url, timeout=30, auth=prefect_http_auth()) as client:
+    auth_string = prefect_client_env().get("PREFECT_API_AUTH_STRING")
+    auth = basic_auth(auth_string) if auth_string else None
+    with httpx.Client(base_url=api_url.rstrip("/") + "/", timeout=30, auth=auth) as client:
         while time.monotonic() - started < limit:
             count = int(client.post("task_runs/count", json={}).json())
             now = time.monotonic()
             if count != last:
                 last, stable_since = count, now
-            elif now - stable_since >= settle_seconds:
+            elif now - stable_since >= settle:
                 break
             time.sleep(0.25)
     return round(time.monotonic() - started, 1)
@@ -441,22 +413,16 @@ class ChildRun:
 def _first_calls(
     stats: Callable[[], dict[str, Any]], data_route: str | None, started: float
 ) -> tuple[float | None, float | None]:
-    """Seconds from launch to the first request (any) and to the first call of ``data_route``.
-
-    Samples the sandbox's counters every ~10 ms from this process, so the child is not touched.
-    """
-    first_any = first_data = None
-    snapshot = stats()
-    if snapshot["requests_total"]:
-        first_any = 0.0
+    """Seconds from launch to the first request (any) and to the first call of ``data_route``,
+    from the sandbox's counters every ~10 ms in this process: the child is not touched."""
+    first_any = 0.0 if stats()["requests_total"] else None
     while True:
         snapshot = stats()
         now = time.perf_counter() - started
         if first_any is None and snapshot["requests_total"]:
             first_any = now
         if data_route is None or snapshot["route_counts"].get(data_route):
-            first_data = now if data_route else None
-            return first_any, first_data
+            return first_any, now if data_route else None
         time.sleep(0.01)
 
 
@@ -493,12 +459,9 @@ def run_child(
         wall = time.perf_counter() - started
         out.seek(0)
         err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
-    result: dict[str, Any] = {}
-    for line in stdout.splitlines():
-        if line.startswith(RESULT_MARKER):
-            result = json.loads(line[len(RESULT_MARKER) :])
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    results = [line for line in stdout.splitlines() if line.startswith(RESULT_MARKER)]
+    result = json.loads(results[-1][len(RESULT_MARKER) :]) if results else {}
     return ChildRun(wall, returncode, result, first_any, first_data, stderr[-4000:])
 
 

@@ -1,19 +1,14 @@
 """Demo cold start: ``make demo`` (sandbox + temporary Prefect server + the main job) from a
 fresh interpreter, next to a plain httpx script that starts the same sandbox and makes the
-demo's write calls itself.
-
-    uv run --no-sync python -m bench.demo_cold_start [--repeats 1]
+demo's write calls itself (``python -m bench --only demo_cold_start``).
 
 A third child times the phases of the project's start-up on their own (importing Prefect and
-the flows, starting the sandbox, starting the Prefect server), so the report can say where the
-demo's wall time goes.
+the flows, starting the sandbox, starting the Prefect server): where the demo's time goes.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -22,16 +17,14 @@ import time
 from typing import Any
 
 from bench.common import (
-    DEMO_CLIENT_ID,
     REPO,
+    TOKEN_REQUEST,
     emit_result,
     peak_rss_mb,
     ratio,
     run_child,
     use_bytecode_cache,
 )
-
-SCOPE = "service-api.all:read service-api.all:write"
 
 
 # --------------------------------------------------------------------------- children
@@ -42,15 +35,7 @@ async def _plain_calls(url: str, seed: dict[str, Any]) -> int:
 
     calls = 0
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        grant = await http.post(
-            "/oauth/token",
-            json={
-                "grant_type": "client_credentials",
-                "client_id": DEMO_CLIENT_ID,
-                "client_secret": "demo-manage-secret-not-real",
-                "scope": SCOPE,
-            },
-        )
+        grant = await http.post("/oauth/token", json=TOKEN_REQUEST)
         headers = {"Authorization": f"Bearer {grant.json()['access_token']}"}
         requests: list[tuple[str, str, Any]] = []
         for vendor in seed["discovered_vendors"][:4]:
@@ -169,19 +154,8 @@ def run(repeats: int = 1) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["plain"]:
-        plain_child()
-        return
-    if argv[:1] == ["phases"]:
-        phases_child()
-        return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=1)
-    args = parser.parse_args(argv)
-    print(json.dumps(run(args.repeats), indent=2))  # noqa: T201
-
-
 if __name__ == "__main__":
-    main()
+    children = {"plain": plain_child, "phases": phases_child}
+    if sys.argv[1:2] not in (["plain"], ["phases"]):
+        sys.exit("the benchmark: python -m bench --only demo_cold_start")
+    children[sys.argv[1]]()

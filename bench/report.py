@@ -1,10 +1,9 @@
 """bench/RESULTS.md from the raw runs in bench/runs.json: per benchmark one table.
 
 A row per measure, a column per side (the Prefect server's database, the plain baseline, the
-item count); each cell the median over the benchmark's last ``RECENT_RUNS`` runs, with the
-range when they differ. A target is judged on each run, as before there were several: met only
-on numbers that show it, never on a missing one (a side that failed or was not measured); the
-row's verdict counts the runs. The scale-out targets compare SQLite and PostgreSQL in one run.
+item count); each cell the median over the benchmark's last ``RECENT_RUNS`` runs, with the range
+when they differ. A target is judged on each run, met only on numbers that show it, never on a
+missing one (a side that failed or was not measured); the row's verdict counts the runs.
 """
 
 from __future__ import annotations
@@ -28,19 +27,13 @@ TOKEN_WAIT_P99_TARGET_MS = 1000.0
 ADD_PEOPLE_RATIO_TARGET = MARGINAL_TARGETS["postgresql"]
 MET, MISSED, UNKNOWN = "met", "**MISSED**", "not judged"
 FIXED = ("measure", "target", "verdict")
-HEADERS = {
-    "sqlite": "SQLite",
-    "postgresql": "PostgreSQL",
-    "replicas": "PostgreSQL + Redis, 2 API replicas",
-    "naive": "naive (no Prefect)",
-    "ratio": "SQLite / PostgreSQL",
-    "value": "median (range)",
-}
+HEADERS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "naive": "naive (no Prefect)"}
+HEADERS |= {"replicas": BACKEND_LABELS["replicas"], "ratio": "SQLite / PostgreSQL"}
+HEADERS["value"] = "median (range)"
 Row = dict[Any, Any]
 Result = dict[str, Any]
 
 
-# --------------------------------------------------------------------------- runs.json
 def load(path: Path) -> list[Result]:
     return list(json.loads(path.read_text())) if path.exists() else []
 
@@ -85,8 +78,8 @@ def cell(values: list[Any]) -> str:
 
 
 def overall(verdicts: list[str]) -> str:
-    """A row's verdicts over the runs: a single one as it is; else missed if a run missed, not
-    judged if one was not, met if every run met."""
+    """A row's verdicts over the runs: one as it is; else missed if a run missed, not judged if
+    one was not, met if every run met."""
     judged = [v for v in verdicts if v]
     if len(judged) <= 1:
         return judged[0] if judged else ""
@@ -142,11 +135,6 @@ def _zeros(*values: Any) -> str:
     return MISSED if any(parts) else MET
 
 
-def _last_line(text: Any) -> str:
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "?"
-
-
 def _dig(value: Any, *keys: str) -> Any:
     """``value[k1][k2]...``, None where one is missing."""
     for key in keys:
@@ -156,6 +144,11 @@ def _dig(value: Any, *keys: str) -> Any:
 
 def _side(found: Result | None, read: Callable[[Result], Any]) -> Any:
     return None if not found else "failed" if "error" in found else read(found)
+
+
+def _last_line(text: Any) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "?"
 
 
 # --------------------------------------------------------------------------- 1. add_people
@@ -179,8 +172,7 @@ def foreign_cpu_note(foreign: Result | None) -> str:
 
 
 def _misses(side: Result) -> tuple[int, int, int] | None:
-    """Runs whose calls were not ceil(N/100), whose mints were not 1, with a person not added
-    exactly once."""
+    """Runs whose calls were not ceil(N/100), whose mints not 1, a person not added once."""
     runs = side.get("runs") or []
     once = [r["people_added_once"] != r["size"] or r["people_added_twice_or_more"] for r in runs]
     calls = sum(r["api_calls"] != r["expected_calls"] for r in runs)
@@ -198,7 +190,7 @@ MODES = ("flow", "plain")
 #: (measure, read from a backend's result): the add-people table's rows after the ratio
 ADD_PEOPLE: list[tuple[str, Callable[[Result], Any]]] = [
     (
-        "the same ratio after the first call (start-up left out)",
+        "the same ratio after the first call",
         lambda s: _dig(s, "summary", "marginal_ratio_after_first_call"),
     ),
     (
@@ -210,13 +202,10 @@ ADD_PEOPLE: list[tuple[str, Callable[[Result], Any]]] = [
     ("runs whose calls != ceil(N/100) / mints != 1 / a person added not once", _misses),
     ("peak RSS at the larger size, flow / plain (MB)", _peak_rss),
     (
-        "first call of a flow run without a bytecode cache (s)",
+        "first call without a bytecode cache (s)",
         lambda s: _dig(s, "no_bytecode_cache_flow_run", "first_call_seconds"),
     ),
-    (
-        "other processes' share of the cores (%)",
-        lambda s: _ratio(_dig(s, "foreign_cpu", "share_of_cores"), 0.01),
-    ),
+    ("other processes' share of the cores", lambda s: _dig(s, "foreign_cpu", "share_of_cores")),
 ]
 
 
@@ -315,21 +304,17 @@ def token_rows(result: Result | None) -> list[Row]:
     naive = next((r for r in rows if r.get("mode") == "naive"), None)
     table = []
     for store in list(dict.fromkeys(store for _, store in shared)) or ["local"]:
-        found = {
-            "sqlite": shared.get(("sqlite", store)),
-            "postgresql": shared.get(("postgresql", store)),
-        }
+        found = {b: shared.get((b, store)) for b in ("sqlite", "postgresql")} | {"naive": naive}
         for measure, read, with_ratio in TOKEN:
-            sides = {side: _side(row, read) for side, row in (found | {"naive": naive}).items()}
+            sides = {side: _side(row, read) for side, row in found.items()}
             sqlite, pg = sides["sqlite"], sides["postgresql"]
             sides["ratio"] = _ratio(sqlite, pg) if with_ratio else None
-            row = _row(f"token contention ({store} store): {measure}", sides)
+            table.append(_row(f"token contention ({store} store): {measure}", sides))
             if measure.startswith("lost"):
-                row |= {"target": "0 on both", "verdict": _zeros(sqlite, pg)}
+                table[-1] |= {"target": "0 on both", "verdict": _zeros(sqlite, pg)}
             if measure.startswith("token-wait p99"):
-                row["target"] = f"< {TOKEN_WAIT_P99_TARGET_MS:g} ms on PostgreSQL"
-                row["verdict"] = _verdict(pg, lambda v: v < TOKEN_WAIT_P99_TARGET_MS)
-            table.append(row)
+                table[-1]["target"] = f"< {TOKEN_WAIT_P99_TARGET_MS:g} ms on PostgreSQL"
+                table[-1]["verdict"] = _verdict(pg, lambda v: v < TOKEN_WAIT_P99_TARGET_MS)
     return table
 
 
@@ -375,47 +360,37 @@ def streaming_rows(result: Result | None) -> list[Row]:
     rows += [_row(f"{case}: API calls", pooled(case, "api_calls")) for case in CASES]
     if len(sizes) > 2:
         large, huge = sizes[1:3]
-        more = _number(growth(huge)) is not None and _number(growth(large)) is not None
-        more = round(growth(huge) - growth(large), 1) if more else None
+        more = (
+            None
+            if None in (growth(huge), growth(large))
+            else round(growth(huge) - growth(large), 1)
+        )
         slower = _ratio(seconds("export", huge), seconds("export", large))
-        rows += [
-            _row(
-                f"export: peak RSS growth at {huge:,} minus at {large:,} (MB)",
-                {huge: more},
-                f"<= {HUGE_RSS_GROWTH_MB:g} MB",
-                _verdict(more, lambda v: v <= HUGE_RSS_GROWTH_MB),
-            ),
-            _row(
-                f"export: time at {huge:,} / at {large:,} ({huge // large}x the items)",
-                {huge: slower},
-                f"<= {HUGE_TIME_RATIO:g}",
-                _verdict(slower, lambda v: v <= HUGE_TIME_RATIO),
-            ),
-        ]
+        measure = f"export: peak RSS growth at {huge:,} minus at {large:,} (MB)"
+        rows.append(_row(measure, {huge: more}, f"<= {HUGE_RSS_GROWTH_MB:g} MB"))
+        rows[-1]["verdict"] = _verdict(more, lambda v: v <= HUGE_RSS_GROWTH_MB)
+        measure = f"export: time at {huge:,} / at {large:,} ({huge // large}x the items)"
+        rows.append(_row(measure, {huge: slower}, f"<= {HUGE_TIME_RATIO:g}"))
+        rows[-1]["verdict"] = _verdict(slower, lambda v: v <= HUGE_TIME_RATIO)
     return rows
 
 
 # --------------------------------------------------------------------------- 4. demo_cold_start
 def demo_rows(result: Result | None) -> list[Row]:
-    result = result or {}
-    ok = result.get("demo_exit_ok")
-    walls = (result.get("demo_wall_seconds"), result.get("plain_wall_seconds"))
+    result, ok = result or {}, (result or {}).get("demo_exit_ok")
     rows = [
-        _row("make demo / plain script, wall time", {"value": result.get("demo_to_plain_ratio")}),
-        _row("wall time, make demo / plain script (s)", {"value": walls}),
-        _row(
-            "make demo exited 0",
-            {"value": None if ok is None else "yes" if ok else "no"},
-            "yes",
-            UNKNOWN if ok is None else MET if ok else MISSED,
+        ("make demo / plain script, wall time", result.get("demo_to_plain_ratio")),
+        (
+            "wall time, make demo / plain script (s)",
+            (result.get("demo_wall_seconds"), result.get("plain_wall_seconds")),
         ),
-        _row(
-            "share of the demo's wall time in start-up",
-            {"value": result.get("startup_share_of_demo")},
-        ),
+        ("make demo exited 0", None if ok is None else "yes" if ok else "no"),
+        ("share of the demo's wall time in start-up", result.get("startup_share_of_demo")),
+        *((f"start-up phase: {k} (s)", v) for k, v in (result.get("phases_seconds") or {}).items()),
     ]
-    phases = (result.get("phases_seconds") or {}).items()
-    return rows + [_row(f"start-up phase: {k} (s)", {"value": v}) for k, v in phases]
+    table = [_row(measure, {"value": value}) for measure, value in rows]
+    table[2] |= {"target": "yes", "verdict": UNKNOWN if ok is None else MET if ok else MISSED}
+    return table
 
 
 # --------------------------------------------------------------------------- 5. burst
@@ -470,7 +445,7 @@ def burst_rows(result: Result | None) -> list[Row]:
     ``TARGET_SIZE``, the replicas' wall against the PostgreSQL burst of the same run."""
     sides = (result or {}).get("backends") or {}
     stacks = ["sqlite", "postgresql", *(["replicas"] if "replicas" in sides else [])]
-    sizes = set(((result or {}).get("config") or {}).get("sizes") or []) - {B.TARGET_SIZE}
+    sizes = set(_dig(result, "config", "sizes") or []) - {B.TARGET_SIZE}
     walls = B.WALL_TARGET_SECONDS
     targets = {
         "wall": f"<= {walls['sqlite']:g} s on SQLite, <= {walls['postgresql']:g} s on PostgreSQL"
@@ -500,7 +475,7 @@ def burst_rows(result: Result | None) -> list[Row]:
             if judged and size == B.TARGET_SIZE:
                 rows[-1] |= {"target": targets[judged[0]], "verdict": _all_met(checks, judged)}
     for measure, key in (("workers", "workers"), ("stack start-up (s)", "stack_startup_seconds")):
-        rows.append(_row(measure, {b: (sides.get(b) or {}).get(key) for b in stacks}))
+        rows.append(_row(measure, {b: _dig(sides, b, key) for b in stacks}))
     return rows
 
 
@@ -511,8 +486,7 @@ def burst_notes(result: Result) -> list[str]:
     reference = (_burst_of(sides.get("postgresql"), B.TARGET_SIZE) or {}).get("wall_seconds")
     for backend, side in sides.items():
         label = BACKEND_LABELS.get(backend, backend)
-        if "error" in side:
-            notes.append(f"* {label} failed: `{_last_line(side['error'])}`")
+        notes += [f"* {label} failed: `{_last_line(side['error'])}`"] if "error" in side else []
         for run in side.get("bursts") or []:
             where = f"{label}, {run.get('size')} vendors"
             if "error" in run:
@@ -522,11 +496,13 @@ def burst_notes(result: Result) -> list[str]:
             notes += [f"* {where}: {MISSED}: " + "; ".join(missed)] if missed else []
             if run.get("wall_vs_postgresql") is not None:
                 notes.append(f"* {where}: wall time {run['wall_vs_postgresql']}x PostgreSQL's")
-            share = (run.get("foreign_cpu") or {}).get("share_of_cores") or 0
+            share = _dig(run, "foreign_cpu", "share_of_cores") or 0
             if share > BUSY_MACHINE_SHARE:
                 notes.append(f"* {where}: **other processes used {share:.0%} of the cores**")
-            for error, count in (run.get("traceback_errors") or {}).items():
-                notes.append(f"* {where}: {count} traceback(s) ending `{error}`")
+            errors = (run.get("traceback_errors") or {}).items()
+            notes += [
+                f"* {where}: {count} traceback(s) ending `{error}`" for error, count in errors
+            ]
             notes += [
                 f"* {where}: run {r['name']} ended {r['state']} (runs: {r['run_count']}): "
                 + r["message"][:200]
@@ -537,52 +513,47 @@ def burst_notes(result: Result) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the page
-Section = tuple[str, str, Callable[[Result | None], list[Row]], Callable[[Result], list[str]]]
-SECTIONS: dict[str, Section] = {
+#: per benchmark: its title, what it measures, its table's rows for one run, notes on a run
+SECTIONS: dict[str, tuple[str, str, Callable[..., list[Row]], Callable[[Result], list[str]]]] = {
     "add_people": (
         "1. Bulk add-people: flow vs plain asyncio-httpx",
-        "The add-people flow against a Prefect server, and a plain asyncio + httpx script (one "
-        "client, a semaphore of 8, 100 ids per call, one token), on the same 10,000 and 100,000 "
-        "ids with 100 ms of sandbox latency: fresh processes, plain and flow alternating, 5 "
-        "repeats, medians. Marginal cost ratio = (T_flow(big) - T_flow(small)) / "
-        "(T_plain(big) - T_plain(small)).",
+        "The add-people flow against a Prefect server and a plain asyncio + httpx script (one "
+        "client, a semaphore of 8, 100 ids per call, one token) on the same 10,000 and 100,000 "
+        "ids, 100 ms of sandbox latency; fresh processes, the two alternating, 5 repeats. "
+        "Marginal cost ratio = (T_flow(big) - T_flow(small)) / (T_plain(big) - T_plain(small)).",
         add_people_rows,
         add_people_notes,
     ),
     "token_contention": (
         "2. Token contention: shared broker vs per-process minting",
-        "8 processes x 5 concurrent flow runs ask for the token at once and make 3 calls each: "
-        "the shared broker with the local store (one machine's token file and lock) and with the "
-        "Prefect store (a Variable and a lock on the server), against the naive client (no "
-        "Prefect, a mint per process and per 401). Token wait: the time inside the broker's "
-        "`get_token`; task call: that wait plus Prefect's task run; lost: not Completed.",
+        "8 processes x 5 flow runs ask for the token at once and make 3 calls each: the shared "
+        "broker with the local store (a token file and lock) and the Prefect store (a Variable "
+        "and a lock on the server), against a naive client (a mint per process and per 401). "
+        "Token wait: inside the broker's `get_token`; task call: the wait + Prefect's task run.",
         token_rows,
         token_notes,
     ),
     "streaming_reads": (
         "3. Streaming reads: time and memory at 10,000, 100,000 and 1,000,000 items",
         "The event-log export and the knowledge-base freshness report against a plain httpx loop "
-        "reading the same pages and keeping nothing (httpx-events, httpx-kb): each case in a "
-        "fresh process, each flow run right after its baseline, 5 repeats (1 at 1,000,000); peak "
-        "RSS growth over the process's RSS just before the run.",
+        "over the same pages (httpx-events, httpx-kb): a fresh process per case, each flow right "
+        "after its baseline, 5 repeats (1 at 1,000,000); peak RSS growth during the run.",
         streaming_rows,
         lambda result: [],
     ),
     "demo_cold_start": (
         "4. Demo cold start",
         "`make demo` (sandbox, temporary Prefect server, the demo job) from a fresh interpreter "
-        "against a plain httpx script that starts the same sandbox and makes the same writes; "
-        "the start-up phases timed on their own.",
+        "against a plain httpx script that starts the same sandbox and makes the same writes.",
         demo_rows,
         lambda result: [],
     ),
     "burst": (
         "5. Bursts of discovered vendors through the stack",
-        "Per stack (`deployments.stack.LocalStack` as `make serve` runs it; 1 worker on SQLite, "
-        "3 on PostgreSQL and on the replicas) N vendors discovered at once: one "
-        "`bridge-event-log` run turns them into events, the promote deployment's debounced "
-        "trigger starts runs that promote every vendor logged since its checkpoint (schedules "
-        "off). Wall time: from the bridge run's creation until every vendor is managed.",
+        "N vendors discovered at once on the `make serve` stack (1 worker on SQLite, 3 on "
+        "PostgreSQL and on the replicas): one `bridge-event-log` run, then the promote "
+        "deployment's debounced trigger (schedules off). Wall time: from the bridge run's "
+        "creation until every vendor is managed.",
         burst_rows,
         burst_notes,
     ),
@@ -596,31 +567,12 @@ def comparison_rows(results: dict[str, Result]) -> list[Row]:
     return [row for name in COMPARED for row in SECTIONS[name][2](results.get(name))]
 
 
-def _targets(tables: dict[str, list[Row]]) -> list[str]:
-    rows = [row for name in COMPARED for row in tables.get(name, []) if row["verdict"]]
-    counts = Counter(row["verdict"].split(" in ")[0] for row in rows)
-    missed = "; ".join(row["measure"] for row in rows if row["verdict"].startswith(MISSED))
-    return [
-        "## SQLite vs PostgreSQL: the scale-out targets",
-        "",
-        "The same `prefect server start` with the project's settings (for the burst the same "
-        "stack) on SQLite and on PostgreSQL in one run: only the database differs (and the "
-        "burst's workers). Tables 1, 2 and 5 show the two side by side; ratio = SQLite / "
-        "PostgreSQL (above 1: PostgreSQL is faster).",
-        "",
-        f"**Targets: {counts[MET]} met, {counts[MISSED]} missed, {counts[UNKNOWN]} not judged.**"
-        + (f" Missed: {missed}." if missed else ""),
-        "",
-    ]
-
-
 def render(entries: list[Result]) -> str:
     runs = {name: recent(entries, name) for name in SECTIONS}
-    tables = {
-        name: aggregate([SECTIONS[name][2](entry["result"]) for entry in found])
-        for name, found in runs.items()
-        if found
-    }
+    tables = {n: aggregate([SECTIONS[n][2](e["result"]) for e in runs[n]]) for n in SECTIONS}
+    judged = [row for name in COMPARED for row in tables[name] if row["verdict"]]
+    counts = Counter(row["verdict"].split(" in ")[0] for row in judged)
+    missed = "; ".join(row["measure"] for row in judged if row["verdict"].startswith(MISSED))
     lines = [
         "# Benchmark results",
         "",
@@ -636,7 +588,16 @@ def render(entries: list[Result]) -> str:
         "NAME` runs one (`--quick`: a smoke test, not numbers to quote; `--render-only`: only "
         "rewrite this page).",
         "",
-        *_targets(tables),
+        "## SQLite vs PostgreSQL: the scale-out targets",
+        "",
+        "The same `prefect server start` with the project's settings (for the burst the same "
+        "stack) on SQLite and on PostgreSQL in one run: only the database differs (and the "
+        "burst's workers). Tables 1, 2 and 5 show the two side by side; ratio = SQLite / "
+        "PostgreSQL (above 1: PostgreSQL is faster).",
+        "",
+        f"**Targets: {counts[MET]} met, {counts[MISSED]} missed, {counts[UNKNOWN]} not judged.**"
+        + (f" Missed: {missed}." if missed else ""),
+        "",
     ]
     for name, (title, about, _, notes) in SECTIONS.items():
         if not runs[name]:
@@ -645,10 +606,9 @@ def render(entries: list[Result]) -> str:
         dates = ", ".join(entry["date"] for entry in runs[name])
         lines += [f"## {title}", "", about, "", *markdown(tables[name]), ""]
         lines.append(
-            f"Runs, latest first: {dates}"
-            + (" (--quick)" if latest.get("quick") else "")
-            + f"; {machine.get('cpus')} cores, {machine.get('ram_gb')} GB RAM, prefect "
-            + f"{machine.get('prefect')}."
+            f"Runs, latest first: {dates}{' (--quick)' if latest.get('quick') else ''}; "
+            f"{machine.get('cpus')} cores, {machine.get('ram_gb')} GB RAM, prefect "
+            f"{machine.get('prefect')}."
         )
         result = latest["result"]
         extra = [f"* Failed: `{_last_line(result['error'])}`"] if "error" in result else []

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import sandbox_process
+from bench.common import TOKEN_REQUEST, sandbox_process
 
 MIX = (
     "/v1/event-logs?pageSize=10",
@@ -37,17 +37,20 @@ MIX = (
 
 
 def _mint(url: str) -> str:
-    grant = httpx.post(
-        f"{url}/oauth/token",
-        json={
-            "client_id": "demo-manage",
-            "client_secret": "demo-manage-secret-not-real",
-            "grant_type": "client_credentials",
-            "scope": "service-api.all:read service-api.all:write",
-        },
-    )
+    grant = httpx.post(f"{url}/oauth/token", json=TOKEN_REQUEST)
     grant.raise_for_status()
     return str(grant.json()["access_token"])
+
+
+def _rates(counts: dict[str, int], elapsed: float, concurrency: int) -> dict[str, Any]:
+    total = counts["ok"] + counts["failed"]
+    return {
+        "requests": total,
+        "failed": counts["failed"],
+        "seconds": round(elapsed, 2),
+        "requests_per_second": round(total / elapsed, 1),
+        "concurrency": concurrency,
+    }
 
 
 async def _raw_load(url: str, token: str, seconds: float, concurrency: int) -> dict[str, Any]:
@@ -80,15 +83,7 @@ async def _raw_load(url: str, token: str, seconds: float, concurrency: int) -> d
 
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    total = counts["ok"] + counts["failed"]
-    return {
-        "requests": total,
-        "failed": counts["failed"],
-        "seconds": round(elapsed, 2),
-        "requests_per_second": round(total / elapsed, 1),
-        "concurrency": concurrency,
-    }
+    return _rates(counts, time.perf_counter() - started, concurrency)
 
 
 async def _httpx_load(url: str, token: str, seconds: float, concurrency: int) -> dict[str, Any]:
@@ -108,13 +103,7 @@ async def _httpx_load(url: str, token: str, seconds: float, concurrency: int) ->
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
-    return {
-        "requests": counts["ok"] + counts["failed"],
-        "failed": counts["failed"],
-        "seconds": round(elapsed, 2),
-        "requests_per_second": round((counts["ok"] + counts["failed"]) / elapsed, 1),
-        "concurrency": concurrency,
-    }
+    return _rates(counts, elapsed, concurrency)
 
 
 def run(seconds: float = 5.0, concurrency: int = 32, scale: int = 1) -> dict[str, Any]:

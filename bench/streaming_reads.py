@@ -1,24 +1,19 @@
-"""Time and memory of the read flows: 10,000, 100,000 and 1,000,000 items, against a plain
+"""Time and memory of the read flows at 10,000, 100,000 and 1,000,000 items, against a plain
 httpx loop.
 
     uv run --no-sync python -m bench.streaming_reads [--small 20 --large 200 --huge 2000]
         [--repeats 5]
 
-Starts two sandboxes (``--scale 20``: 10,000 audit entries and 10,000 knowledge-base items;
-``--scale 200``: 100,000 of each) and a Prefect test server, then measures each case in a fresh
-child process, so one case's memory high-water mark cannot hide another's:
-
-* ``export``: the event-log export flow (the same page reader as the bridge) writing JSON Lines;
-* ``freshness``: the knowledge-base freshness flow over resources and answers (events off);
-* ``httpx``: a plain httpx loop reading the same pages and keeping nothing.
-
-Reported per case: items, seconds (the median of ``--repeats`` runs, each flow run right after
-its baseline, with the range: this machine's run-to-run noise is tens of percent), API calls
-(from the sandbox's stats) and the largest growth of peak RSS over the child's RSS just before
-the run (imports and a warm-up run already paid). Flat memory means the 100,000-item growth
-is about the 10,000-item growth. With ``--huge`` the export and its baseline also run over
-1,000,000 entries (a sandbox of about 4 GB), for the targets of linear time and flat memory at
-that size (one run each).
+Per sandbox (``--scale 20``: 10,000 audit entries and knowledge-base items; 200: 100,000) and
+one Prefect test server, each case runs in a fresh child process, so one case's memory
+high-water mark cannot hide another's: ``export`` (the event-log export flow writing JSON
+Lines), ``freshness`` (the knowledge-base freshness flow, events off) and their baselines
+``httpx-events`` and ``httpx-kb`` (a plain httpx loop over the same pages, keeping nothing).
+Printed per run, as a JSON line: items, seconds, API calls (from the sandbox's stats) and the
+growth of peak RSS over the child's RSS just before the run (imports and a warm-up run paid).
+``--repeats`` runs of each small and large case, each flow right after its baseline (this
+machine's run-to-run noise is tens of percent); with ``--huge`` the export and its baseline also
+run once over 1,000,000 entries (a sandbox of about 4 GB).
 """
 
 from __future__ import annotations
@@ -28,23 +23,25 @@ import asyncio
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
-from bench.common import prefect_client_env, prefect_server, sandbox_process
+from bench.common import (
+    TOKEN_REQUEST,
+    prefect_client_env,
+    prefect_server,
+    sandbox_process,
+    upsert_limit,
+)
 
-CLIENT_ID = "demo-manage"
-CLIENT_SECRET = "demo-manage-secret-not-real"
 BENCH_TOKEN_LIMIT = "bench-streaming-token-endpoint"
 CASES = ("httpx-events", "export", "httpx-kb", "freshness")
 #: the cases run over the huge sandbox (the export is the one read that covers a whole log)
@@ -92,17 +89,8 @@ class PeakRSS:
 async def _httpx_pages(base_url: str, path: str, limit_pages: int | None) -> int:
     """The baseline: follow endCursor with a bearer token, count items, keep nothing."""
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        token = (
-            await http.post(
-                "/oauth/token",
-                json={
-                    "client_id": CLIENT_ID,
-                    "client_secret": CLIENT_SECRET,
-                    "grant_type": "client_credentials",
-                    "scope": "service-api.all:read",
-                },
-            )
-        ).json()["access_token"]
+        grant = TOKEN_REQUEST | {"scope": "service-api.all:read"}
+        token = (await http.post("/oauth/token", json=grant)).json()["access_token"]
         headers = {"Authorization": f"Bearer {token}"}
         cursor: str | None = None
         items = pages = 0
@@ -198,104 +186,36 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from cryptography.fernet import Fernet
-    from prefect.client.orchestration import get_client
 
     state = tempfile.mkdtemp(prefix="bench-streaming-state-")
     env = {
         **os.environ,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_LEVEL": "WARNING",
-        "COMPLIANCE_CLIENT_ID": CLIENT_ID,
-        "COMPLIANCE_CLIENT_SECRET": CLIENT_SECRET,
+        "COMPLIANCE_CLIENT_ID": TOKEN_REQUEST["client_id"],
+        "COMPLIANCE_CLIENT_SECRET": TOKEN_REQUEST["client_secret"],
         "COMPLIANCE_APPLICATION_TYPE": "manage",
         "COMPLIANCE_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode(),
         "COMPLIANCE_STATE_DIR": state,
         "COMPLIANCE_TOKEN_RATE_LIMIT_NAME": BENCH_TOKEN_LIMIT,
     }
     rows: list[dict[str, Any]] = []
-    with ExitStack() as stack:
-        env["PREFECT_API_URL"] = stack.enter_context(prefect_server())
+    with prefect_server() as server:
+        env["PREFECT_API_URL"] = server.api_url
         env.update(prefect_client_env())  # and the server's auth string
-
-        async def limit() -> None:
-            async with get_client() as client:
-                await client.upsert_global_concurrency_limit_by_name(
-                    BENCH_TOKEN_LIMIT, limit=100, slot_decay_per_second=10.0
-                )
-
-        asyncio.run(limit())
+        upsert_limit(BENCH_TOKEN_LIMIT, limit=100, per_second=10.0)
         sizes = ((args.small, CASES, args.repeats), (args.large, CASES, args.repeats))
         for scale, cases, repeats in (*sizes, (args.huge, HUGE_CASES, 1)):
             if not scale:
                 continue
             with sandbox_process(scale=scale) as sandbox:  # one at a time: the huge one is big
-                runs: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
                 for _ in range(repeats):  # each flow right after its baseline: same conditions
                     for case in cases:
-                        row = _measure(case, sandbox.url, scale * 500, env)
-                        runs[case].append(row)
-                        print(json.dumps(row), flush=True)
-                rows += [_median_run(case_runs) for case_runs in runs.values()]
-    _print_table(rows, args.repeats)
+                        rows.append(_measure(case, sandbox.url, scale * 500, env))
+                        print(json.dumps(rows[-1]), flush=True)
+    from bench.report import aggregate, markdown, streaming_rows
 
-
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One case's runs as one row: the median time with the range, and the largest memory
-    growth (the conservative one)."""
-    times = [run["seconds"] for run in runs]
-    return {
-        **runs[0],
-        "seconds": statistics.median(times),
-        "range": (min(times), max(times)),
-        "runs": len(runs),
-        "rss_growth_mb": max(run["rss_growth_mb"] for run in runs),
-    }
-
-
-def _print_table(rows: list[dict[str, Any]], repeats: int) -> None:
-    by = {(row["case"], row["size"]): row for row in rows}
-    sizes = sorted({row["size"] for row in rows})
-    print()
-    print(f"Seconds: the median of {repeats} runs (one at 1,000,000), with the range.")
-    print()
-    print("| case | items | seconds | range | API calls | peak RSS growth (MB) |")
-    print("|---|---|---|---|---|---|")
-    for case in CASES:
-        for size in sizes:
-            row = by.get((case, size))
-            if row is None:
-                continue
-            low, high = row["range"]
-            print(
-                f"| {case} | {row['items']:,} | {row['seconds']:.2f} | {low:.2f}–{high:.2f} "
-                f"| {row['api_calls']:,} | {row['rss_growth_mb']:.1f} |"
-            )
-    print()
-    small, large = sizes[0], sizes[1]
-    for ours, baseline in (("export", "httpx-events"), ("freshness", "httpx-kb")):
-        growth = by[(ours, large)]["rss_growth_mb"] - by[(ours, small)]["rss_growth_mb"]
-        base = by[(baseline, large)]["rss_growth_mb"] - by[(baseline, small)]["rss_growth_mb"]
-        speed = by[(ours, large)]["seconds"] / max(by[(baseline, large)]["seconds"], 1e-9)
-        print(
-            f"{ours}: growth {small:,}->{large:,} items {growth:+.1f} MB "
-            f"(httpx baseline {base:+.1f} MB); time x{speed:.2f} of the baseline "
-            f"({_verdict(speed <= RATIO_TARGET)} <= {RATIO_TARGET:g})"
-        )
-    if len(sizes) > 2:
-        huge, export = sizes[2], "export"
-        growth = by[(export, huge)]["rss_growth_mb"] - by[(export, large)]["rss_growth_mb"]
-        ratio = by[(export, huge)]["seconds"] / max(by[(export, large)]["seconds"], 1e-9)
-        speed = by[(export, huge)]["seconds"] / max(by[("httpx-events", huge)]["seconds"], 1e-9)
-        print(
-            f"export {large:,}->{huge:,} entries: peak RSS growth {growth:+.1f} MB "
-            f"({_verdict(growth <= HUGE_RSS_GROWTH_MB)} <= {HUGE_RSS_GROWTH_MB:g} MB), time "
-            f"x{ratio:.2f} for x{huge // large} the entries ({_verdict(ratio <= HUGE_TIME_RATIO)} "
-            f"<= {HUGE_TIME_RATIO:g}); x{speed:.2f} of the baseline at {huge:,}"
-        )
-
-
-def _verdict(met: bool) -> str:
-    return "met" if met else "MISSED"
+    print("\n".join(markdown(aggregate([streaming_rows({"rows": rows})]))))
 
 
 if __name__ == "__main__":

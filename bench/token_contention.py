@@ -3,31 +3,23 @@
     uv run --no-sync python -m bench.token_contention --processes 8 --runs 5
         [--backends sqlite postgresql] [--stores local prefect]
 
-Starts the sandbox (in a thread) and, per backend, a Prefect server (``prefect server start``
-with the project's settings, on SQLite or on a fresh PostgreSQL database), then runs the shared
-broker ("shared") once per token store, and, once in the same run, a naive client that mints
-per process and re-mints on every 401 ("naive", what public clients do; it never talks to
-Prefect). Each shared row starts from a reset sandbox (so it mints once) and a token-endpoint
-limit of its own, shaped as bootstrap makes the production one (1 slot, one more every 15 s),
-so no row waits for the slot the row before it took. Prints per row: wall time, flow runs lost
-(did not end Completed), mints, 401s, 429s, the most token-endpoint calls seen in any 60 s
-window, and two times per flow run:
+Starts the sandbox (in a thread) and per backend a Prefect server (SQLite, or a fresh PostgreSQL
+database), then runs the shared broker ("shared") once per token store and, once, a naive client
+that mints per process and on every 401 ("naive", as public clients do; no Prefect). Each shared
+row starts from a reset sandbox (so it mints once) and a token-endpoint limit of its own, shaped
+as bootstrap makes the production one (1 slot, one more every 15 s). Prints a JSON line per row:
+wall time, runs lost (not Completed), mints, 401s, 429s, the most token-endpoint calls in any
+60 s, and two times per flow run:
 
-- **token wait** (``wait_p50_ms``, ``wait_p99_ms``, ``wait_max_ms``, ``waits_over_1s``): how
-  long the run waited for the token, i.e. the time inside the broker's ``get_token`` called by
-  the token task (in-memory check, store reads, the locks, the one mint). This is what the
-  "token-wait p99 < 1 s" target is about. The children time it by wrapping
-  ``TokenBroker.get_token`` for the calls made inside the task (the data calls after it, which
-  also ask the broker, are not counted).
-- **token task call** (``task_call_p50_ms``, ``task_call_p99_ms``, ...): the whole
-  ``await get_shared_access_token()`` in the flow, i.e. the token wait plus Prefect's task-run
-  machinery (creating the task run and its states on the server, under 40 simultaneous starts
-  on a small machine) and ``load_run_settings()``. Before the two were told apart, this was
-  the only "wait" measured.
+- **token wait** (``wait_*``): the time inside the broker's ``get_token`` called by the token
+  task (in-memory check, store reads, the locks, the one mint), timed by wrapping
+  ``TokenBroker.get_token`` in the children: the "token-wait p99 < 1 s" target;
+- **token task call** (``task_call_*``): the whole ``await get_shared_access_token()``, i.e. the
+  wait plus Prefect's task-run machinery under 40 simultaneous starts. Before the two were told
+  apart, this was the only "wait" measured.
 
-For the naive client the wait is each mint's token-endpoint call, and there is no task call.
-
-``child`` is the per-process worker, also used by tests/runtime/test_shared_token_many_processes.py.
+For the naive client the wait is each mint's call, and there is no task call. ``child`` is the
+per-process worker, also used by tests/runtime/test_shared_token_many_processes.py.
 """
 
 from __future__ import annotations
@@ -371,7 +363,6 @@ def measure(
     processes: int,
     runs: int,
     sandbox: Any,
-    *,
     backend: str | None = None,
     store: str | None = None,
 ) -> dict[str, Any]:
@@ -412,21 +403,11 @@ def measure(
     )
 
 
-def _failed_row(
-    mode: str, backend: str, store: str | None, runs: int, error: str
-) -> dict[str, Any]:
-    return {
-        "mode": mode,
-        "backend": backend,
-        "store": store,
-        "runs": runs,
-        "lost": runs,
-        "error": error[-1500:],
-    }
-
-
 def main(argv: list[str] | None = None) -> None:
-    from bench.common import BACKENDS, use_bytecode_cache
+    import traceback
+
+    from bench.common import BACKENDS, prefect_server, use_bytecode_cache
+    from sandbox.runner import run_sandbox_in_thread
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--processes", type=int, default=8)
@@ -443,12 +424,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     use_bytecode_cache()  # as `make bench` does: no process compiles Prefect from source
-
-    import traceback
-
-    from bench.common import prefect_server
-    from sandbox.runner import run_sandbox_in_thread
-
     total = args.processes * args.runs
     print(f"{args.processes} processes x {args.runs} concurrent runs x {CALLS_PER_RUN} calls")
     with run_sandbox_in_thread() as sandbox:
@@ -457,24 +432,16 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 with prefect_server(backend):
                     for store in args.stores:
-                        row = measure(
-                            "shared",
-                            args.processes,
-                            args.runs,
-                            sandbox,
-                            backend=backend,
-                            store=store,
-                        )
+                        row = measure("shared", args.processes, args.runs, sandbox, backend, store)
                         print(json.dumps(row), flush=True)
                         done.append(store)
             except Exception:  # this backend's failure is a result; the other still runs
-                for store in args.stores:
-                    if store not in done:
-                        row = _failed_row("shared", backend, store, total, traceback.format_exc())
-                        print(json.dumps(row), flush=True)
+                failure = {"mode": "shared", "backend": backend, "runs": total, "lost": total}
+                failure["error"] = traceback.format_exc()[-1500:]
+                for store in (store for store in args.stores if store not in done):
+                    print(json.dumps(failure | {"store": store}), flush=True)
         # the naive client never talks to Prefect: once, whatever the backends
-        row = measure("naive", args.processes, args.runs, sandbox, backend=None, store=None)
-        print(json.dumps(row), flush=True)
+        print(json.dumps(measure("naive", args.processes, args.runs, sandbox)), flush=True)
 
 
 if __name__ == "__main__":

@@ -617,3 +617,28 @@ def test_results_md_is_what_the_recorded_runs_render_to() -> None:
         "demo_cold_start",
         "burst",
     }
+
+
+def test_a_benchmark_run_is_recorded_with_its_commit_and_a_failure_too(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from bench import __main__ as bench_main
+
+    demo = {"demo_exit_ok": True, "demo_to_plain_ratio": 15.0}
+    monkeypatch.setattr(bench_main, "use_bytecode_cache", lambda: None)
+    monkeypatch.setitem(bench_main.RUNNERS, "demo_cold_start", lambda *args: dict(demo))
+    monkeypatch.setitem(bench_main.RUNNERS, "burst", lambda *args: 1 / 0)
+    runs, output = tmp_path / "runs.json", tmp_path / "RESULTS.md"
+    paths = ["--runs", str(runs), "--output", str(output)]
+    assert main(["--only", "demo_cold_start", "--quick", *paths]) == 0
+    assert main(["--only", "burst", *paths]) == 1  # a failed benchmark is a result
+    demo_run, burst_run_ = load(runs)
+    assert (demo_run["benchmark"], demo_run["quick"], demo_run["result"]) == (
+        "demo_cold_start",
+        True,
+        demo,
+    )
+    assert demo_run["commit"] and demo_run["machine"]["cpus"]
+    assert "ZeroDivisionError" in burst_run_["result"]["error"]
+    assert output.read_text() == render(load(runs))
+    assert "* Failed: `ZeroDivisionError: division by zero`" in output.read_text()
