@@ -77,7 +77,7 @@ demo: sync
 serve: sync
 	$(RUN) python -m deployments.serve
 
-## make bench: benchmarks against a plain httpx baseline; writes bench/RESULTS.md
+## make bench: benchmarks against a plain httpx baseline; appends bench/runs.json, writes RESULTS.md
 bench: sync
 	$(RUN) python -m bench
 

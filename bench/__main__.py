@@ -5,15 +5,8 @@ Each run is appended to bench/runs.json; bench/RESULTS.md is generated from it (
     uv run --no-sync python -m bench [--quick] [--only add_people token_contention ...]
         [--repeats N] [--profile] [--render-only]
 
-1. add_people: the add-people flow vs a plain asyncio-httpx script (10,000 and 100,000 ids,
-   100 ms sandbox latency, concurrency 8), the Prefect server on SQLite and on PostgreSQL.
-2. token_contention: the shared token broker vs per-process minting, the broker on SQLite and
-   on PostgreSQL, with the local and the Prefect token store.
-3. streaming_reads: the read flows at 10,000 and 100,000 items and the export at 1,000,000,
-   against a plain httpx loop.
-4. demo_cold_start: ``make demo`` from a fresh interpreter vs a plain script doing its calls.
-5. burst: bursts of 40 and 400 discovered vendors through the whole stack, on SQLite, on
-   PostgreSQL and on PostgreSQL + Redis as 2 API replicas.
+Benchmarks (each module's docstring says how): add_people, token_contention, streaming_reads,
+demo_cold_start, burst.
 
 PostgreSQL: the machine's (PGHOST, PGPORT, PGUSER, PGPASSWORD; default postgres@127.0.0.1:5432),
 a fresh database per benchmark, dropped after. Redis: the machine's (REDIS_URL; default
@@ -25,6 +18,7 @@ as quick and shown only while a benchmark has no full run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -119,13 +113,12 @@ RUNNERS: dict[str, Callable[[bool, int | None, bool], dict[str, Any]]] = {
 
 def _commit() -> str | None:
     """The checked-out commit (the code measured, bar uncommitted changes)."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True
+    command = ["git", "rev-parse", "--short=12", "HEAD"]
+    with contextlib.suppress(OSError):
+        return (
+            subprocess.run(command, cwd=REPO, capture_output=True, text=True).stdout.strip() or None
         )
-    except OSError:
-        return None
-    return done.stdout.strip() or None
+    return None
 
 
 def _failed(result: dict[str, Any]) -> bool:
