@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from prefect.artifacts import acreate_table_artifact
 from prefect.client.orchestration import get_client
@@ -76,11 +76,11 @@ NO_APPROVAL = ApprovalPolicy()
 class ApprovalInput(RunInput):
     """The UI's Resume form of a run that waits for approval."""
 
-    approve: bool = Field(
-        default=False,
+    #: a choice with no default: an approver who submits without choosing is asked to choose
+    #: (a switch that defaults to "no" made a slip a rejection)
+    approve: Literal["yes", "no"] = Field(
         title="Approve",
-        description="Tick to apply exactly this plan; leave unticked to reject it (nothing "
-        "is sent).",
+        description="yes: apply exactly this plan. no: reject it (nothing is sent).",
     )
     approver: NonBlank = Field(
         title="Approver",
@@ -157,7 +157,7 @@ async def approved_or_rejected(
             await _announce(flow_key, run_id, plan, planned(), seconds)
         answer = await _suspend(flow_key, plan, seconds)
         decision = Approval(
-            approved=answer.approve,
+            approved=answer.approve == "yes",
             approver=answer.approver,
             reason=answer.reason,
             decided_at=datetime.now(UTC),

@@ -253,22 +253,24 @@ async def _run_write_job(
         )
     units = job.units(items)
     progress = Progress(job.flow_key, len(units))
-    mode = "Dry run: planning" if dry_run else "Applying"
+    waits = approval.required and not dry_run
+    mode = "Dry run: planning" if dry_run else "Planning for approval" if waits else "Applying"
     logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))
 
     needs_client = bool(units) and (not dry_run or job.reads_during_validation)
     record: SendRecord | None = None
     decision: Approval | None = None
-    if approval.required and not dry_run:
+    if waits:
         check_can_wait()  # before any call
     async with (
         compliance_client() if needs_client else nullcontext(None) as client,
         fenced() as fence,
     ):
         if client is not None:
-            await obtain_token_first(logger)
+            if not waits:  # a run that waits gets its token once approved
+                await obtain_token_first(logger)
             await job.validate_remotely(client, items)
-        if approval.required and not dry_run and units:
+        if waits and units:
             decision = await approved_or_rejected(
                 job.flow_key,
                 items,
@@ -278,6 +280,8 @@ async def _run_write_job(
             )
             if not decision.approved:
                 return await _rejected(job, parsed, decision, rerun_of=rerun_of, attempt=attempt)
+            logger.info("Applying %d approved item(s)", len(items))
+            await obtain_token_first(logger)
         await progress.start()
         if dry_run:
             results = [result for unit in units for result in job.plan(unit)]

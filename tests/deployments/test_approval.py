@@ -206,7 +206,7 @@ def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
     assert suspended(stack, run), "still waiting after the grace and a new worker"
 
     answer = resume(
-        stack, run, approve=True, approver="Dana Reyes (security)", reason="CHG-1234 onboarding"
+        stack, run, approve="yes", approver="Dana Reyes (security)", reason="CHG-1234 onboarding"
     )
     assert answer["status"] == "ACCEPT", answer
     assert final_state(stack, run)["type"] == "COMPLETED"
@@ -241,7 +241,11 @@ def test_a_rejected_plan_sends_nothing_and_the_run_ends_cancelled(
 
     run = run_deployment(stack, ADD, {"pasted_rows": rows})
     wait_for_approval(stack, run)
-    resume(stack, run, approve=False, approver="Sam Ortiz", reason="no ticket for this access")
+    # the form has no default answer: submitted without one, it is refused and the run waits
+    unanswered = resume(stack, run, approver="Sam Ortiz", reason="no ticket")
+    assert unanswered["status"] == "REJECT" and "approve" in str(unanswered["details"])
+    assert suspended(stack, run)
+    resume(stack, run, approve="no", approver="Sam Ortiz", reason="no ticket for this access")
     state = final_state(stack, run)
 
     assert state["type"] == "CANCELLED"
@@ -298,7 +302,7 @@ def test_a_file_changed_since_the_plan_is_refused_with_nothing_sent(
     run = run_deployment(stack, ADD, {"group_ids": [group], "input_file": str(people_file)})
     wait_for_approval(stack, run)
     people_file.write_text("person_id\n" + "\n".join([*people, seed["people"][321]]) + "\n")
-    resume(stack, run, approve=True, approver="Dana Reyes", reason="CHG-77")
+    resume(stack, run, approve="yes", approver="Dana Reyes", reason="CHG-77")
     state = final_state(stack, run)
 
     assert state["type"] == "FAILED"
@@ -317,7 +321,7 @@ def test_a_crash_after_approval_is_recovered_without_asking_again_or_adding_twic
             stack, ADD, {"group_ids": [group], "person_ids": people, "concurrency": 1}
         )
         wait_for_approval(stack, run)
-        resume(stack, run, approve=True, approver="Dana Reyes", reason="CHG-9")
+        resume(stack, run, approve="yes", approver="Dana Reyes", reason="CHG-9")
         eventually("the first chunk", lambda: len(added(control, group)) >= 100, 120)
         processes = flow_run_processes(stack)
         assert processes, "the resumed run's process"
@@ -347,7 +351,7 @@ def test_a_rerun_of_an_approved_run_needs_no_second_approval(
 
     run = run_deployment(stack, ADD, {"pasted_rows": csv_rows(plan)})
     wait_for_approval(stack, run)
-    resume(stack, run, approve=True, approver="Dana Reyes", reason="CHG-12")
+    resume(stack, run, approve="yes", approver="Dana Reyes", reason="CHG-12")
     assert final_state(stack, run)["type"] == "FAILED", "the unknown person failed"
     assert all(added(control, group).get(p) == 1 for p in people)
     calls_before = add_calls(control)
