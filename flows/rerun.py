@@ -78,8 +78,9 @@ async def _failed_items_of(flow_run_id: str) -> FailedItemsRecord:
         "flow_run_id",
         flow_run_id,
         f"run of {flow_name!r} (state {state}) left no failed-items record: it is not a write "
-        "run, was a dry run, or stopped before reporting; run the flow again with its input "
-        "(document links are protected by the ledger)",
+        "run, was a dry run, its plan was rejected or never approved, or it stopped before "
+        "reporting; run the flow again with its input (document links are protected by the "
+        "ledger)",
     )
 
 
