@@ -1,8 +1,8 @@
 """The small exception hierarchy every layer catches.
 
 Each error carries the operation it came from and the server's message, never a secret:
-messages are read from the response body, which the service never fills with credentials,
-and request bodies (which may carry them) are never copied into an error.
+``http_errors`` maps every response, redacting any credential the server echoes and capping
+the message, and request bodies (which may carry them) are never copied into an error.
 
     ComplianceError
     ├── ConfigurationError              a COMPLIANCE_* setting is missing or malformed

@@ -1,15 +1,16 @@
 """Turn an HTTP failure into one of the package's exceptions, keeping secrets out.
 
-Error bodies are not published and differ between the data routes (``{error, message}``) and
-the token endpoint (OAuth's ``{error, error_description}``), so the message is read from
-``message``, then ``error_description``, then ``error``, and any other body is tolerated.
-No httpx object (whose request carries the bearer header) is kept on the raised error.
+The one mapping for the data client and the token endpoint (``oauth.py``). Error bodies are not
+published and differ between the data routes (``{error, message}``) and the token endpoint
+(OAuth's ``{error, error_description}``), so the message is read from ``message``, then
+``error_description``, then ``error``, and any other body is tolerated. No httpx object (whose
+request carries the bearer header or the client secret) is kept on the raised error.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
@@ -94,14 +95,26 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 def error_from_response(
-    response: httpx.Response, operation: str, *, secrets: Iterable[str] = ()
+    response: httpx.Response,
+    operation: str,
+    *,
+    secrets: Iterable[str] = (),
+    hints: Mapping[str, str] | None = None,
 ) -> APIStatusError:
-    """The exception for an error status, with the server's message and code."""
+    """The exception for an error status, with the server's message and code.
+
+    ``secrets`` are redacted wherever the server echoed them; ``hints`` (by error code) add what
+    to do about an error to the capped message.
+    """
+    secrets = tuple(secrets)
     message, code = read_server_message(response)
     message = redact(message, secrets)[:MAX_MESSAGE_LENGTH]
     status = response.status_code
     if code is not None:
         code = redact(code, secrets)[:100]
+    hint = (hints or {}).get(code or "")
+    if hint:
+        message = f"{message}. {hint}"
     if status == 429:
         return RateLimitedError(
             message,
@@ -113,18 +126,22 @@ def error_from_response(
     return _class_for(status, code)(message, operation=operation, status_code=status, code=code)
 
 
+#: OAuth 2.0 codes (RFC 6749 §5.2) decide over the 4xx status that carries them
+_BY_CODE = {"invalid_client": InvalidClientError, "invalid_scope": InvalidScopeError}
+_BY_STATUS = {
+    400: InvalidRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    422: InvalidRequestError,
+}
+
+
 def _class_for(status: int, code: str | None) -> type[APIStatusError]:
-    if status == 401:
-        return InvalidClientError if code == "invalid_client" else AuthenticationError
-    if status in (400, 422):
-        return InvalidScopeError if code == "invalid_scope" else InvalidRequestError
     if status >= 500:
         return ServerError
-    return {
-        403: PermissionDeniedError,
-        404: NotFoundError,
-        409: ConflictError,
-    }.get(status, APIStatusError)
+    return _BY_CODE.get(code or "") or _BY_STATUS.get(status, APIStatusError)
 
 
 def error_from_transport(exc: httpx.TransportError, operation: str) -> TransportError:

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from compliance_api.errors import (
     AUTHORIZATION_CODE_LIFETIME_SECONDS,
+    APIError,
     APIStatusError,
     AuthenticationError,
     CodeExchangeDeadlineError,
@@ -27,11 +28,8 @@ from compliance_api.errors import (
     InputError,
     InvalidClientError,
     InvalidRequestError,
-    InvalidScopeError,
-    RateLimitedError,
-    ServerError,
-    TransportError,
 )
+from compliance_api.http_errors import error_from_response, error_from_transport
 from compliance_api.settings import ENV_PREFIX, ApplicationType, Settings
 
 TOKEN_PATH = "/oauth/token"  # noqa: S105 - a path
@@ -41,6 +39,15 @@ DEFAULT_EXPIRES_IN = 3599
 CODE_EXCHANGE_SAFETY_SECONDS = 3.0
 #: how far in the future a caller's ``received_at`` may be (clocks of one machine)
 _RECEIVED_AT_TOLERANCE = timedelta(seconds=1)
+#: request-body fields that are secrets: redacted should the token endpoint echo one
+_SECRET_FIELDS = ("client_secret", "code", "refresh_token", "token")
+#: what to do about the token endpoint's OAuth error codes, added to their messages
+_HINTS = {
+    "invalid_client": "The service rejected the application's credentials: update "
+    f"{ENV_PREFIX}CLIENT_SECRET (after a secret rotation) or {ENV_PREFIX}CLIENT_ID, or the "
+    f"client_secret or client_id of the block {ENV_PREFIX}CREDENTIALS_BLOCK names",
+    "invalid_scope": f"Check {ENV_PREFIX}SCOPES against the application type",
+}
 
 
 class StateMismatchError(ComplianceError):
@@ -270,8 +277,13 @@ class OAuthClient:
         *,
         request_timeout: float | None = None,
     ) -> dict[str, Any]:
-        """POST JSON; ``request_timeout`` (seconds) overrides the configured one for this call."""
+        """POST JSON; ``request_timeout`` (seconds) overrides the configured one for this call.
+
+        Errors are mapped as the data client's are (``http_errors``), with the body's secrets
+        redacted from whatever the service says back.
+        """
         url = f"{self.base_url}{path}"
+        failure: APIError
         try:
             if self._http is not None:
                 chosen = httpx.USE_CLIENT_DEFAULT if request_timeout is None else request_timeout
@@ -283,13 +295,15 @@ class OAuthClient:
                 async with httpx.AsyncClient(timeout=seconds) as http:
                     response = await http.post(url, json=body)
         except httpx.TransportError as exc:
-            sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-            raise TransportError(
-                f"{type(exc).__name__} calling {url}", operation=operation, request_sent=sent
-            ) from None
-        if response.is_success:
-            return _json_object(response)
-        raise _error_for(operation, response)
+            failure = error_from_transport(exc, operation)
+        else:
+            if response.is_success:
+                return _json_object(response)
+            secrets = [body[name] for name in _SECRET_FIELDS if body.get(name)]
+            failure = error_from_response(response, operation, secrets=secrets, hints=_HINTS)
+            del response  # its request holds the body's secrets; keep it off the traceback
+        # raised outside ``except`` so the httpx error (and the request body) is not chained
+        raise failure
 
 
 def _json_object(response: httpx.Response) -> dict[str, Any]:
@@ -312,42 +326,3 @@ def _parse_grant(operation: str, payload: dict[str, Any]) -> TokenGrant:
         token_type=str(payload.get("token_type") or "Bearer"),
         refresh_token=SecretStr(refresh) if isinstance(refresh, str) and refresh else None,
     )
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    raw = response.headers.get("Retry-After")
-    try:
-        return max(0.0, float(raw)) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def _error_for(operation: str, response: httpx.Response) -> APIStatusError:
-    """OAuth 2.0 error bodies, read tolerantly (``message``, ``error_description``, ``error``)."""
-    payload = _json_object(response)
-    code = payload.get("error") if isinstance(payload.get("error"), str) else None
-    message = str(
-        payload.get("message") or payload.get("error_description") or code or response.reason_phrase
-    )
-    status = response.status_code
-    common: dict[str, Any] = {"operation": operation, "status_code": status, "code": code}
-    if status == 429:
-        return RateLimitedError(message, retry_after=_retry_after(response), **common)
-    if status >= 500:
-        return ServerError(message, **common)
-    if code == "invalid_client":
-        return InvalidClientError(
-            f"{message}. The service rejected the application's credentials: update "
-            f"{ENV_PREFIX}CLIENT_SECRET (after a secret rotation) or {ENV_PREFIX}CLIENT_ID, or "
-            f"the client_secret or client_id of the block {ENV_PREFIX}CREDENTIALS_BLOCK names",
-            **common,
-        )
-    if code == "invalid_scope":
-        return InvalidScopeError(
-            f"{message}. Check {ENV_PREFIX}SCOPES against the application type", **common
-        )
-    if status == 401:
-        return AuthenticationError(message, **common)
-    if status in (400, 422):
-        return InvalidRequestError(message, **common)
-    return APIStatusError(message, **common)
