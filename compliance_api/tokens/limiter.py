@@ -18,8 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from filelock import AsyncFileLock, Timeout
+
 from compliance_api.tokens.errors import TokenRateLimitWaitError
-from compliance_api.tokens.filelock import exclusive_flock
 
 TOKEN_ENDPOINT_CALLS_PER_WINDOW = 5
 WINDOW_SECONDS = 60.0
@@ -116,10 +117,12 @@ class FileRateLimiter:
 
     async def _try_take(self, lock_wait: float) -> float:
         """Take a slot (0.0) or say how long until one frees; the file guard waits ``lock_wait``."""
-        guard = self.path.with_suffix(".lock")
-        async with exclusive_flock(guard, wait_seconds=lock_wait) as acquired:
-            if not acquired:
-                return 0.1  # busy (or a crashed holder released it already): poll again
+        guard = AsyncFileLock(self.path.with_suffix(".lock"), timeout=max(0.0, lock_wait))
+        try:
+            held = await guard.acquire()
+        except Timeout:
+            return 0.1  # busy (or a crashed holder released it already): poll again
+        async with held:
             now = time.time()
             stamps = [stamp for stamp in self._read() if stamp > now - self.window]
             wait = _wait_needed(stamps, now, self.limit, self.window)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from filelock import AsyncFileLock, Timeout
+
 from compliance_api.tokens.errors import TokenLockTimeoutError
-from compliance_api.tokens.filelock import describe_holder, exclusive_flock
 from compliance_api.tokens.keys import CustomerKey
 
 
@@ -21,9 +25,17 @@ class TokenLock(Protocol):
     ) -> AbstractAsyncContextManager[None]: ...
 
 
+def _sign(fd: int) -> None:
+    """Write the holder into the lock file, for the message of a waiter that gives up."""
+    since = datetime.now(UTC).isoformat(timespec="seconds")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {since}".encode(), 0)
+
+
 class LocalFileLock:
-    """``flock`` on ``<state_dir>/locks/<hash of key>.lock``: one machine, any number of
-    processes and threads; released by the kernel the moment its holder dies."""
+    """``flock`` (``filelock.AsyncFileLock``) on ``<state_dir>/locks/<hash of key>.lock``: one
+    machine, any number of processes and threads; the kernel drops it the moment its holder
+    dies, even on ``kill -9``."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -34,11 +46,19 @@ class LocalFileLock:
     @asynccontextmanager
     async def hold(self, key: CustomerKey, *, wait_seconds: float) -> AsyncIterator[None]:
         path = self.path_for(key)
-        async with exclusive_flock(path, wait_seconds=wait_seconds) as acquired:
-            if not acquired:
-                raise TokenLockTimeoutError(
-                    f"waited {wait_seconds:.0f} s for the token lock of {key.describe()} ({path}); "
-                    f"it is held by {describe_holder(path)}, which is minting or waiting for "
-                    "the token endpoint's rate limit"
-                )
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = AsyncFileLock(path, timeout=max(0.0, wait_seconds), mode=0o600, on_acquired=_sign)
+        try:
+            held = await lock.acquire()
+        except Timeout:
+            try:
+                holder = path.read_text().strip() or "an unknown process"
+            except OSError:
+                holder = "an unknown process"
+            raise TokenLockTimeoutError(
+                f"waited {wait_seconds:.0f} s for the token lock of {key.describe()} ({path}); "
+                f"it is held by {holder}, which is minting or waiting for the token endpoint's "
+                "rate limit"
+            ) from None
+        async with held:
             yield
