@@ -3,9 +3,10 @@
 Runbook:
 
 1. Check the parameters; create ``output_dir`` if needed.
-2. Take the export's locks: a lock on the Prefect server (runs on any machine; a killed run's
-   lease runs out within about 75 s, ``runtime/locks.py``) and a file lock in ``output_dir``
-   (runs on this machine), so two runs never write the same files.
+2. Take the file lock in ``output_dir`` (``filelock.AsyncFileLock``; the kernel drops it when
+   its holder dies). The deployment already runs one export at a time (``concurrency_limit``
+   1); this one lock keeps a run started outside it, e.g. by hand in Python, from writing the
+   same files at the same time.
 3. Load ``checkpoint.json`` from ``output_dir`` (first run: ``start_date``, default: the whole
    log) and cut every day file back to the size the checkpoint committed: lines a crashed run
    wrote after its last checkpoint are removed, then read again.
@@ -22,23 +23,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
-from filelock import FileLock, Timeout
+from filelock import AsyncFileLock, Timeout
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, Field
 
-from audit_log.checkpoints import EventLogCheckpoint, exclusive_run
+from audit_log.checkpoints import EventLogCheckpoint
 from audit_log.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
 from compliance_api.errors import InputError
 from read_reports.filters import parse_timestamp
 from read_reports.tables import markdown_table, publish_markdown
 from runtime import collector
 from runtime.connection import compliance_client
-from runtime.form import AtLeastOne, Maybe, NonBlank, PageSize, Seconds, title
-from runtime.locks import LockTimeoutError
+from runtime.form import AtLeastOne, Maybe, PageSize, Seconds, title
 from runtime.task_inputs import unwalked
 from tasks.event_logs import export_pages
 
-DEFAULT_LOCK = "compliance-event-log-export"
 #: pages per task run (one fsync and one checkpoint each): 20,000 entries at the default size
 SLICE_PAGES = 200
 
@@ -71,7 +70,6 @@ async def export_event_log(
     start_date: Annotated[Maybe[str], title("Start date")] = None,
     page_size: Annotated[PageSize, title("Page size")] = 100,
     max_pages: Annotated[Maybe[AtLeastOne], title("Max pages")] = None,
-    lock_name: Annotated[NonBlank, title("Lock name")] = DEFAULT_LOCK,
     lock_wait_seconds: Annotated[Seconds, title("Lock wait (seconds)")] = 60.0,
 ) -> ExportResult:
     """Append new audit-log entries to output_dir/event-log-YYYY-MM-DD.jsonl, exactly once.
@@ -85,26 +83,22 @@ async def export_event_log(
             output_dir/checkpoint.json.
         page_size: Audit-log entries read per API call (1 to 100).
         max_pages: Stop after this many pages, to catch up in slices. Empty: read to the end.
-        lock_name: The lock on the Prefect server that keeps two exports from running at once
-            (a file lock in the directory guards this machine too).
-        lock_wait_seconds: How long to wait for a running export before skipping this run
-            (the next run continues from the checkpoint).
+        lock_wait_seconds: How long to wait for an export already writing into output_dir
+            before skipping this run (the next run continues from the checkpoint).
     """
     directory = _output_dir(output_dir)
     first_start = parse_timestamp("start_date", start_date)
     directory.mkdir(parents=True, exist_ok=True)
     logger = get_run_logger()
     try:
-        async with exclusive_run(lock_name, lock_wait_seconds):
-            with (
-                FileLock(str(directory / LOCK_FILE), timeout=lock_wait_seconds),
-                collector.frozen_for_long_read(),
-            ):
-                result = await _export(DayFileExport(directory), first_start, page_size, max_pages)
-    except (LockTimeoutError, Timeout) as exc:
+        held = await AsyncFileLock(directory / LOCK_FILE, timeout=lock_wait_seconds).acquire()
+    except Timeout as exc:
         reason = f"another export held the lock for more than {lock_wait_seconds:g}s ({exc})"
         logger.warning("Skipped: %s; the next run continues from the checkpoint", reason)
         return ExportResult(output_dir=str(directory), skipped=True, reason=reason)
+    async with held:
+        with collector.frozen_for_long_read():
+            result = await _export(DayFileExport(directory), first_start, page_size, max_pages)
     await _publish(result)
     return result
 

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import AsyncFileLock
 from prefect.exceptions import ParameterTypeError
 
-from audit_log.jsonl_export import CHECKPOINT_FILE, DayFileExport
+from audit_log.jsonl_export import CHECKPOINT_FILE, LOCK_FILE, DayFileExport
 from compliance_api.errors import InputError
 from flows import event_log_export
 from flows.event_log_export import export_event_log
@@ -130,3 +131,15 @@ async def test_foreign_files_without_checkpoint_are_refused(
     with pytest.raises(InputError, match="no checkpoint.json"):
         await export_event_log(output_dir=str(tmp_path))
     assert no_calls(reads_env)
+
+
+async def test_a_run_started_while_another_writes_the_directory_is_skipped(
+    reads_env: SandboxHandle, tmp_path: Path
+) -> None:
+    """The one lock the export takes: a run started outside the deployment (which runs one
+    export at a time) against the same output_dir skips instead of writing the same files."""
+    held = await AsyncFileLock(tmp_path / LOCK_FILE).acquire()
+    async with held:
+        result = await export_event_log(output_dir=str(tmp_path), lock_wait_seconds=0)
+    assert result.skipped and "lock" in result.reason
+    assert exported(tmp_path) == [] and no_calls(reads_env)
