@@ -13,7 +13,7 @@ from compliance_api.tokens.errors import (
 )
 from compliance_api.tokens.factory import broker_from_settings
 from compliance_api.tokens.keys import CustomerKey, secret_fingerprint
-from compliance_api.tokens.limiter import FileRateLimiter, RateLimiter, SlidingWindowLimiter
+from compliance_api.tokens.limiter import FileRateLimiter, RateLimiter
 from compliance_api.tokens.lock import LocalFileLock, TokenLock
 from compliance_api.tokens.record import TokenCodec, TokenRecord
 from compliance_api.tokens.store import LocalFileTokenStore, TokenStore
@@ -26,7 +26,6 @@ __all__ = [
     "LocalFileTokenStore",
     "NotConnectedError",
     "RateLimiter",
-    "SlidingWindowLimiter",
     "TokenBroker",
     "TokenCodec",
     "TokenLock",

@@ -3,18 +3,14 @@
 Callers beyond the budget wait for a slot; they never fail, unless they give ``max_wait``:
 then a slot further away than that raises ``TokenRateLimitWaitError`` at once (an
 authorization code, which lives 30 s, must not wait a minute for a slot). ``FileRateLimiter``
-shares the budget among the processes of one machine (the default without a Prefect server);
-``SlidingWindowLimiter`` is the in-process variant.
+shares the budget among the processes of one machine (the default without a Prefect server).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -50,42 +46,6 @@ def _wait_needed(stamps: list[float], now: float, limit: int, window: float) -> 
     if len(recent) < limit:
         return 0.0
     return min(recent) + window - now
-
-
-class SlidingWindowLimiter:
-    """At most ``limit`` acquisitions in any ``window`` seconds within this process."""
-
-    def __init__(
-        self,
-        limit: int = TOKEN_ENDPOINT_CALLS_PER_WINDOW,
-        window: float = WINDOW_SECONDS + SAFETY_SECONDS,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.limit = limit
-        self.window = window
-        self._clock = clock
-        self._stamps: deque[float] = deque()
-        self._guard = threading.Lock()
-
-    def _try_take(self) -> float:
-        with self._guard:
-            now = self._clock()
-            while self._stamps and self._stamps[0] <= now - self.window:
-                self._stamps.popleft()
-            wait = _wait_needed(list(self._stamps), now, self.limit, self.window)
-            if wait <= 0:
-                self._stamps.append(now)
-            return wait
-
-    async def acquire(self, *, max_wait: float | None = None) -> None:
-        started = self._clock()
-        while True:
-            wait = self._try_take()
-            if wait <= 0:
-                return
-            refuse_beyond(max_wait, self._clock() - started, wait)
-            await asyncio.sleep(wait)
 
 
 class FileRateLimiter:

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from compliance_api.client import ComplianceClient
-from compliance_api.providers import InMemoryTokenProvider
 from tests.fixtures.fake_api import (
     BASE_URL,
     FAST_RETRIES,
     FakeAPI,
+    InMemoryTokenProvider,
     load_schemas,
     minting_provider,
 )

@@ -33,11 +33,17 @@ from compliance_api.models import (
     QuestionnaireUpdate,
     TagRef,
 )
-from compliance_api.providers import InMemoryTokenProvider, StaticTokenProvider
+from compliance_api.providers import StaticTokenProvider
 from compliance_api.retry import RetryNotice, RetryPolicy
 from compliance_api.settings import Settings
 from tests.compliance_api import samples
-from tests.fixtures.fake_api import BASE_URL, FAST_RETRIES, FakeAPI, minting_provider
+from tests.fixtures.fake_api import (
+    BASE_URL,
+    FAST_RETRIES,
+    FakeAPI,
+    InMemoryTokenProvider,
+    minting_provider,
+)
 
 KB = "get_knowledge_base_resources"
 ANSWERS = "get_knowledge_base_answer_library"

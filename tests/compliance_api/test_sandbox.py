@@ -26,9 +26,9 @@ from compliance_api.models import (
     QuestionnaireUpdate,
     TagRef,
 )
-from compliance_api.providers import InMemoryTokenProvider
 from compliance_api.retry import RetryPolicy
 from sandbox.runner import SandboxHandle
+from tests.fixtures.fake_api import InMemoryTokenProvider
 
 CLIENT_ID = "demo-manage"
 FAST = RetryPolicy(max_attempts=4, initial_wait=0.001, max_wait=0.005, max_retry_after=0.05)

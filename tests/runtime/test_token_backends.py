@@ -17,7 +17,6 @@ from prefect.variables import Variable
 from compliance_api.errors import ConfigurationError
 from compliance_api.tokens import (
     CustomerKey,
-    SlidingWindowLimiter,
     TokenLockTimeoutError,
     TokenRateLimitWaitError,
 )
@@ -35,7 +34,7 @@ from runtime.token_backends import (
     PrefectTokenLock,
     PrefectVariableTokenStore,
 )
-from tests.fixtures.tokens import call_api, make_broker, mints
+from tests.fixtures.tokens import SlidingWindowLimiter, call_api, make_broker, mints
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 

@@ -25,8 +25,13 @@ from compliance_api.oauth import (
     build_authorization_request,
 )
 from compliance_api.settings import Settings
-from compliance_api.tokens import SlidingWindowLimiter
-from tests.fixtures.tokens import ManualClock, approve, make_broker, token_requests
+from tests.fixtures.tokens import (
+    ManualClock,
+    SlidingWindowLimiter,
+    approve,
+    make_broker,
+    token_requests,
+)
 
 GUARD_SECONDS = 5.0  # far below the waits the old code made (61 s limiter, 60 s Retry-After)
 

@@ -21,13 +21,13 @@ from compliance_api.tokens import (
     FileRateLimiter,
     LocalFileLock,
     LocalFileTokenStore,
-    SlidingWindowLimiter,
     TokenCodec,
     TokenLockTimeoutError,
     TokenRateLimitWaitError,
     TokenRecord,
     TokenStoreError,
 )
+from tests.fixtures.tokens import SlidingWindowLimiter
 
 KEY = CustomerKey("commercial", "demo-manage")
 

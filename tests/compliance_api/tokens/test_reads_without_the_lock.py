@@ -24,13 +24,12 @@ from compliance_api.tokens import (
     BrokerPolicy,
     CustomerKey,
     LocalFileTokenStore,
-    SlidingWindowLimiter,
     TokenBroker,
     TokenLockTimeoutError,
 )
 from compliance_api.tokens.factory import local_lock, local_store
 from compliance_api.tokens.lock import TokenLock
-from tests.fixtures.tokens import make_broker, mints
+from tests.fixtures.tokens import SlidingWindowLimiter, make_broker, mints
 
 #: a short slice, so the tests that wait for the lock poll quickly (no assertion on time)
 POLICY = BrokerPolicy(
