@@ -3,7 +3,7 @@
 Each run is appended to bench/runs.json; bench/RESULTS.md is generated from it (bench/report.py).
 
     uv run --no-sync python -m bench [--quick] [--only add_people token_contention ...]
-        [--repeats N] [--profile] [--render-only]
+        [--repeats N] [--render-only]
 
 Benchmarks (each module's docstring says how): add_people, token_contention, streaming_reads,
 demo_cold_start, burst.
@@ -56,7 +56,7 @@ def _module(name: str, args: list[str], timeout: float) -> dict[str, Any]:
     }
 
 
-def bench_add_people(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
+def bench_add_people(quick: bool, repeats: int | None) -> dict[str, Any]:
     """The same benchmark with the Prefect server on each backend, one after the other."""
     from bench import add_people
 
@@ -65,24 +65,20 @@ def bench_add_people(quick: bool, repeats: int | None, profile: bool) -> dict[st
     for backend in BACKENDS:
         print(f"bench: add_people on {backend} ...", file=sys.stderr, flush=True)
         try:
-            backends[backend] = add_people.run(
-                sizes,
-                repeats=repeats or (1 if quick else ADD_PEOPLE_REPEATS),
-                profile=profile,
-                backend=backend,
-            )
+            runs = repeats or (1 if quick else ADD_PEOPLE_REPEATS)
+            backends[backend] = add_people.run(sizes, repeats=runs, backend=backend)
         except Exception:  # one backend's failure is a result; the other still runs
             backends[backend] = {"error": traceback.format_exc()}
     return {"backends": backends}
 
 
-def bench_token_contention(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
+def bench_token_contention(quick: bool, repeats: int | None) -> dict[str, Any]:
     size = ["--processes", "3", "--runs", "2"] if quick else ["--processes", "8", "--runs", "5"]
     args = [*size, "--backends", *BACKENDS, "--stores", "local", "prefect"]
     return _module("token_contention", args, timeout=3600)
 
 
-def bench_streaming_reads(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
+def bench_streaming_reads(quick: bool, repeats: int | None) -> dict[str, Any]:
     args = ["--small", "2", "--large", "20", "--repeats", "1"]
     if not quick:
         args = ["--small", "20", "--large", "200", "--huge", "2000"]
@@ -90,19 +86,19 @@ def bench_streaming_reads(quick: bool, repeats: int | None, profile: bool) -> di
     return _module("streaming_reads", args, timeout=1800)
 
 
-def bench_demo_cold_start(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
+def bench_demo_cold_start(quick: bool, repeats: int | None) -> dict[str, Any]:
     from bench import demo_cold_start
 
     return demo_cold_start.run(repeats=1 if quick else repeats or 1)
 
 
-def bench_burst(quick: bool, repeats: int | None, profile: bool) -> dict[str, Any]:
+def bench_burst(quick: bool, repeats: int | None) -> dict[str, Any]:
     from bench import burst
 
     return burst.run(sizes=[min(burst.SIZES)] if quick else list(burst.SIZES))
 
 
-RUNNERS: dict[str, Callable[[bool, int | None, bool], dict[str, Any]]] = {
+RUNNERS: dict[str, Callable[[bool, int | None], dict[str, Any]]] = {
     "add_people": bench_add_people,
     "token_contention": bench_token_contention,
     "streaming_reads": bench_streaming_reads,
@@ -136,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"repeats of add_people (default {ADD_PEOPLE_REPEATS}), streaming_reads and demo",
     )
-    parser.add_argument("--profile", action="store_true", help="cProfile a big flow run")
     parser.add_argument("--runs", default=str(REPO / "bench" / "runs.json"), help="appended to")
     parser.add_argument("--output", default=str(REPO / "bench" / "RESULTS.md"))
     parser.add_argument("--render-only", action="store_true", help="only rewrite --output")
@@ -149,13 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         before = machine()
         try:
-            result = RUNNERS[name](args.quick, args.repeats, args.profile)
+            result = RUNNERS[name](args.quick, args.repeats)
         except Exception:
             result = {"error": traceback.format_exc()}
-        for backend, side in (result.get("backends") or {}).items():
-            profile = side.pop("profile", None)  # cProfile dumps: too long for runs.json
-            if profile:
-                print(f"cProfile of a big flow run on {backend}:\n{profile}")
         entry = {"benchmark": name, "date": machine()["date"], "commit": _commit()}
         entry |= {"quick": args.quick, "machine": before, "result": result}
         entry["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
