@@ -137,6 +137,12 @@ def artifact(stack: LocalStack, run_id: str, key: str) -> dict[str, Any]:
     return dict(found)
 
 
+def plan_of(stack: LocalStack, run_id: str) -> dict[str, Any]:
+    """The plan the run keeps on itself (write_engine/approval.py)."""
+    value = stack.request("GET", f"/flow_runs/{run_id}/input/compliance-plan").json()
+    return dict(json.loads(value) if isinstance(value, str) else value)
+
+
 def events(stack: LocalStack, name: str, run_id: str) -> list[dict[str, Any]]:
     query = {
         "filter": {
@@ -291,7 +297,7 @@ def test_an_unanswered_plan_expires_with_nothing_sent(
     assert "No one approved or rejected its plan before the approval deadline" in failure["body"]
 
 
-def test_a_file_changed_since_the_plan_is_refused_with_nothing_sent(
+def test_pasted_rows_plan_as_the_same_file_and_a_file_changed_since_is_refused(
     stack: LocalStack, control: SandboxControl, seed: dict[str, Any], tmp_path: Path
 ) -> None:
     group, people = seed["groups"][3], seed["people"][300:320]
@@ -300,7 +306,15 @@ def test_a_file_changed_since_the_plan_is_refused_with_nothing_sent(
     calls_before = add_calls(control)
 
     run = run_deployment(stack, ADD, {"group_ids": [group], "input_file": str(people_file)})
+    pasted = run_deployment(
+        stack, ADD, {"group_ids": [group], "pasted_rows": people_file.read_text()}
+    )
     wait_for_approval(stack, run)
+    wait_for_approval(stack, pasted)
+    assert plan_of(stack, pasted)["digest"] == plan_of(stack, run)["digest"]
+    plan_table = artifact(stack, run, "add-people-to-groups-plan")
+    assert artifact(stack, pasted, "add-people-to-groups-plan")["data"] == plan_table["data"]
+    resume(stack, pasted, approve="no", approver="Dana Reyes", reason="the same as the file")
     people_file.write_text("person_id\n" + "\n".join([*people, seed["people"][321]]) + "\n")
     resume(stack, run, approve="yes", approver="Dana Reyes", reason="CHG-77")
     state = final_state(stack, run)
