@@ -32,6 +32,8 @@ HEADERS |= {"replicas": BACKEND_LABELS["replicas"], "ratio": "SQLite / PostgreSQ
 HEADERS["value"] = "median (range)"
 Row = dict[Any, Any]
 Result = dict[str, Any]
+#: a dotted path into a result, or a tuple of them (read as a tuple: an "a / b" cell)
+Read = str | tuple[str, ...]
 
 
 def load(path: Path) -> list[Result]:
@@ -135,15 +137,20 @@ def _zeros(*values: Any) -> str:
     return MISSED if any(parts) else MET
 
 
-def _dig(value: Any, *keys: str) -> Any:
-    """``value[k1][k2]...``, None where one is missing."""
-    for key in keys:
+def _dig(value: Any, path: Read) -> Any:
+    """``value`` at the dotted ``path`` (a tuple of paths: a tuple), None where one is missing."""
+    if isinstance(path, tuple):
+        return tuple(_dig(value, part) for part in path)
+    for key in path.split("."):
         value = value.get(key) if isinstance(value, dict) else None
     return value
 
 
-def _side(found: Result | None, read: Callable[[Result], Any]) -> Any:
-    return None if not found else "failed" if "error" in found else read(found)
+def _side(found: Result | None, read: Read | Callable[[Result], Any]) -> Any:
+    """A side's value: ``read`` (a function, or a path for ``_dig``); "failed", or None."""
+    if not found:
+        return None
+    return "failed" if "error" in found else read(found) if callable(read) else _dig(found, read)
 
 
 def _last_line(text: Any) -> str:
@@ -188,36 +195,26 @@ def _peak_rss(side: Result) -> tuple[Any, ...] | None:
 
 MODES = ("flow", "plain")
 #: (measure, read from a backend's result): the add-people table's rows after the ratio
-ADD_PEOPLE: list[tuple[str, Callable[[Result], Any]]] = [
-    (
-        "the same ratio after the first call",
-        lambda s: _dig(s, "summary", "marginal_ratio_after_first_call"),
-    ),
+ADD_PEOPLE: list[tuple[str, Read | Callable[[Result], Any]]] = [
+    ("the same ratio after the first call", "summary.marginal_ratio_after_first_call"),
     (
         "process launch -> first add-people call, flow / plain (s)",
-        lambda s: tuple(
-            _dig(s, "summary", "fixed_startup", m, "first_call_seconds") for m in MODES
-        ),
+        tuple(f"summary.fixed_startup.{mode}.first_call_seconds" for mode in MODES),
     ),
     ("runs whose calls != ceil(N/100) / mints != 1 / a person added not once", _misses),
     ("peak RSS at the larger size, flow / plain (MB)", _peak_rss),
-    (
-        "first call without a bytecode cache (s)",
-        lambda s: _dig(s, "no_bytecode_cache_flow_run", "first_call_seconds"),
-    ),
-    ("other processes' share of the cores", lambda s: _dig(s, "foreign_cpu", "share_of_cores")),
+    ("first call without a bytecode cache (s)", "no_bytecode_cache_flow_run.first_call_seconds"),
+    ("other processes' share of the cores", "foreign_cpu.share_of_cores"),
 ]
 
 
 def add_people_rows(result: Result | None) -> list[Row]:
-    result = result or {}
-    # a result from before backends was measured on SQLite only
-    backends = result.get("backends") or ({"sqlite": result} if "summary" in result else {})
+    backends = (result or {}).get("backends") or {}
 
-    def sides(read: Callable[[Result], Any]) -> Row:
+    def sides(read: Read | Callable[[Result], Any]) -> Row:
         return {b: _side(backends.get(b), read) for b in ("sqlite", "postgresql")}
 
-    ratio = sides(lambda s: _dig(s, "summary", "marginal_ratio"))
+    ratio = sides("summary.marginal_ratio")
     pg = _verdict(ratio["postgresql"], lambda v: v <= ADD_PEOPLE_RATIO_TARGET)
     rows = [
         _row("add-people: marginal cost ratio flow / plain", ratio, "<= 1.10 on PostgreSQL", pg)
@@ -237,8 +234,7 @@ def add_people_notes(result: Result) -> list[str]:
         if "error" in side:
             notes.append(f"* {label} failed: `{_last_line(side['error'])}`")
             continue
-        target = _dig(side, "config", "marginal_target") or MARGINAL_TARGETS[backend]
-        ratio = _dig(side, "summary", "marginal_ratio")
+        target, ratio = MARGINAL_TARGETS[backend], _dig(side, "summary.marginal_ratio")
         verdict = _verdict(ratio, lambda v, t=target: v <= t)
         note = foreign_cpu_note(side.get("foreign_cpu"))
         notes.append(
@@ -248,59 +244,27 @@ def add_people_notes(result: Result) -> list[str]:
 
 
 # --------------------------------------------------------------------------- 2. token_contention
-def measures_broker_wait(row: Result) -> bool:
-    """Whether the row's ``wait_*`` is the wait for the token itself: the broker's for the shared
-    rows (older ones timed the whole task call there, and have no ``task_call_*``), the mint's
-    for the naive client (no Prefect, no task)."""
-    return row.get("mode") == "naive" or "task_call_p99_ms" in row
-
-
-def token_wait_ms(row: Result, stat: str) -> Any:
-    """The token wait (inside the broker) ``stat`` ("p50", "p99", "max"); None if not measured."""
-    return row.get(f"wait_{stat}_ms") if measures_broker_wait(row) else None
-
-
-def task_call_ms(row: Result, stat: str) -> Any:
-    """The whole token task call ``stat``; in an older row, what it called the wait."""
-    return row.get(f"task_call_{stat}_ms" if measures_broker_wait(row) else f"wait_{stat}_ms")
-
-
-#: (measure, read from a row, with the ratio SQLite / PostgreSQL)
-TOKEN: list[tuple[str, Callable[[Result], Any], bool]] = [
-    ("flow runs", lambda r: r.get("runs"), False),
-    ("wall time (s)", lambda r: r.get("wall_seconds"), True),
-    ("lost runs (not Completed)", lambda r: r.get("lost"), False),
-    ("token-wait p50 (ms, inside the broker)", lambda r: token_wait_ms(r, "p50"), True),
-    ("token-wait p99 (ms, inside the broker)", lambda r: token_wait_ms(r, "p99"), True),
-    (
-        "token task call p99 (ms, the wait + Prefect's task run)",
-        lambda r: task_call_ms(r, "p99"),
-        True,
-    ),
-    ("mints", lambda r: r.get("mints"), False),
-    (
-        "token-endpoint calls / 401s / 429s",
-        lambda r: (r["token_calls"], r["401s"], r["429s"]),
-        False,
-    ),
-    ("most token-endpoint calls in 60 s", lambda r: r.get("max_token_calls_per_60s"), False),
-    ("data calls failed after retries", lambda r: r.get("failed_calls"), False),
-    (
-        "token waits over 1 s",
-        lambda r: r.get("waits_over_1s") if measures_broker_wait(r) else None,
-        False,
-    ),
+#: (measure, read from a row, with the ratio SQLite / PostgreSQL); the token wait is inside the
+#: broker's ``get_token`` (the naive client's: its mints), the task call the wait + Prefect's
+TOKEN: list[tuple[str, Read, bool]] = [
+    ("flow runs", "runs", False),
+    ("wall time (s)", "wall_seconds", True),
+    ("lost runs (not Completed)", "lost", False),
+    ("token-wait p50 (ms, inside the broker)", "wait_p50_ms", True),
+    ("token-wait p99 (ms, inside the broker)", "wait_p99_ms", True),
+    ("token task call p99 (ms, the wait + Prefect's task run)", "task_call_p99_ms", True),
+    ("mints", "mints", False),
+    ("token-endpoint calls / 401s / 429s", ("token_calls", "401s", "429s"), False),
+    ("most token-endpoint calls in 60 s", "max_token_calls_per_60s", False),
+    ("data calls failed after retries", "failed_calls", False),
+    ("token waits over 1 s", "waits_over_1s", False),
 ]
 
 
 def token_rows(result: Result | None) -> list[Row]:
     """Per token store, the shared broker on each backend next to the naive client."""
     rows = (result or {}).get("rows") or []
-    shared = {
-        (r.get("backend") or "sqlite", r.get("store") or "local"): r
-        for r in rows
-        if r.get("mode") == "shared"
-    }
+    shared = {(r["backend"], r["store"]): r for r in rows if r.get("mode") == "shared"}
     naive = next((r for r in rows if r.get("mode") == "naive"), None)
     table = []
     for store in list(dict.fromkeys(store for _, store in shared)) or ["local"]:
@@ -394,11 +358,11 @@ def demo_rows(result: Result | None) -> list[Row]:
 
 
 # --------------------------------------------------------------------------- 5. burst
-#: (measure, keys of a burst, ``burst.target_checks`` keys that judge it at ``TARGET_SIZE``)
-BURST: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
-    ("wall time, bridge run created -> every vendor managed (s)", ("wall_seconds",), ("wall",)),
-    ("promotion runs", ("promote_runs",), ("runs",)),
-    ("promotion runs not Completed", ("runs_not_completed",), ()),
+#: (measure, read from a burst, ``burst.target_checks`` keys that judge it at ``TARGET_SIZE``)
+BURST: list[tuple[str, Read, tuple[str, ...]]] = [
+    ("wall time, bridge run created -> every vendor managed (s)", "wall_seconds", ("wall",)),
+    ("promotion runs", "promote_runs", ("runs",)),
+    ("promotion runs not Completed", "runs_not_completed", ()),
     (
         "vendors managed twice / not managed",
         ("vendors_managed_twice", "vendors_not_managed"),
@@ -410,8 +374,8 @@ BURST: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
         ("database_is_locked", "tracebacks"),
     ),
     ("token mints / 401s", ("mints", "401s"), ("mints", "401s")),
-    ("runs started again after a crash", ("runs_started_again",), ()),
-    ("bridge run", ("bridge_state",), ()),
+    ("runs started again after a crash", "runs_started_again", ()),
+    ("bridge run", "bridge_state", ()),
 ]
 
 
@@ -422,14 +386,14 @@ def _burst_of(side: Result | None, size: int) -> Result | None:
     return next((b for b in side.get("bursts") or [] if b.get("size") == size), None)
 
 
-def _burst_value(side: Result | None, run: Result | None, keys: tuple[str, ...]) -> Any:
+def _burst_value(side: Result | None, run: Result | None, read: Read) -> Any:
     if run is None:
         return "failed" if "error" in (side or {}) else None
     if "error" in run:
         return "failed"
-    if keys == ("wall_seconds",) and run.get("wall_seconds") is None:
+    if read == "wall_seconds" and run.get("wall_seconds") is None:
         return "timed out" if run.get("timed_out") else "never"
-    return run.get(keys[0]) if len(keys) == 1 else tuple(run.get(key) for key in keys)
+    return _dig(run, read)
 
 
 def _all_met(checks: dict[str, Any], keys: tuple[str, ...]) -> str:
@@ -445,15 +409,12 @@ def burst_rows(result: Result | None) -> list[Row]:
     ``TARGET_SIZE``, the replicas' wall against the PostgreSQL burst of the same run."""
     sides = (result or {}).get("backends") or {}
     stacks = ["sqlite", "postgresql", *(["replicas"] if "replicas" in sides else [])]
-    sizes = set(_dig(result, "config", "sizes") or []) - {B.TARGET_SIZE}
+    sizes = set(_dig(result, "config.sizes") or []) - {B.TARGET_SIZE}
     walls = B.WALL_TARGET_SECONDS
+    replicas = f", <= {B.REPLICA_WALL_RATIO:g}x PostgreSQL's on the replicas"
     targets = {
         "wall": f"<= {walls['sqlite']:g} s on SQLite, <= {walls['postgresql']:g} s on PostgreSQL"
-        + (
-            f", <= {B.REPLICA_WALL_RATIO:g}x PostgreSQL's on the replicas"
-            if len(stacks) > 2
-            else ""
-        ),
+        + (replicas if len(stacks) > 2 else ""),
         "runs": f"<= {B.MAX_PROMOTION_RUNS} on each",
         "once": "0 / 0 on each",
         "database_is_locked": "0 / 0 on each",
@@ -466,8 +427,8 @@ def burst_rows(result: Result | None) -> list[Row]:
         checks = {
             b: B.target_checks(b, run, reference) if run else None for b, run in bursts.items()
         }
-        for measure, keys, judged in BURST:
-            values = {b: _burst_value(sides.get(b), bursts[b], keys) for b in stacks}
+        for measure, read, judged in BURST:
+            values = {b: _burst_value(sides.get(b), bursts[b], read) for b in stacks}
             values["ratio"] = (
                 _ratio(values["sqlite"], values["postgresql"]) if judged == ("wall",) else None
             )
@@ -475,7 +436,7 @@ def burst_rows(result: Result | None) -> list[Row]:
             if judged and size == B.TARGET_SIZE:
                 rows[-1] |= {"target": targets[judged[0]], "verdict": _all_met(checks, judged)}
     for measure, key in (("workers", "workers"), ("stack start-up (s)", "stack_startup_seconds")):
-        rows.append(_row(measure, {b: _dig(sides, b, key) for b in stacks}))
+        rows.append(_row(measure, {b: _dig(sides, f"{b}.{key}") for b in stacks}))
     return rows
 
 
@@ -496,7 +457,7 @@ def burst_notes(result: Result) -> list[str]:
             notes += [f"* {where}: {MISSED}: " + "; ".join(missed)] if missed else []
             if run.get("wall_vs_postgresql") is not None:
                 notes.append(f"* {where}: wall time {run['wall_vs_postgresql']}x PostgreSQL's")
-            share = _dig(run, "foreign_cpu", "share_of_cores") or 0
+            share = _dig(run, "foreign_cpu.share_of_cores") or 0
             if share > BUSY_MACHINE_SHARE:
                 notes.append(f"* {where}: **other processes used {share:.0%} of the cores**")
             errors = (run.get("traceback_errors") or {}).items()

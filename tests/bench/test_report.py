@@ -264,18 +264,6 @@ def test_token_wait_target_is_judged_on_the_broker_wait_and_the_task_call_is_sho
     assert shown[call["measure"]]["PostgreSQL"] == "1800.0"
 
 
-def test_a_row_from_before_the_broker_wait_was_measured_is_not_judged_on_it() -> None:
-    old = token_row("postgresql", "local", 800.0)
-    for key in ("task_call_p50_ms", "task_call_p99_ms", "task_call_max_ms", "task_calls_over_1s"):
-        del old[key]  # its wait_* timed the whole task call
-    results = {"token_contention": tokens(token_row("sqlite", "local", 300.0), old)}
-    rows = {row["measure"]: row for row in comparison_rows(results)}
-    wait = rows["token contention (local store): token-wait p99 (ms, inside the broker)"]
-    assert (wait["postgresql"], wait["verdict"]) == (None, UNKNOWN)
-    call = next(row for measure, row in rows.items() if "task call p99" in measure)
-    assert call["postgresql"] == 800.0  # shown for what it measured
-
-
 def test_add_people_ratio_target_on_postgresql() -> None:
     def side(ratio: float) -> dict[str, Any]:
         return {"summary": {"marginal_ratio": ratio}}
