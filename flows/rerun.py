@@ -39,6 +39,7 @@ from flows.add_people_to_groups import GroupMembership
 from flows.document_links import UnconfirmedLinks, document_links_job
 from flows.promote_vendors import VendorPromotion
 from flows.questionnaires import QuestionnaireRouting
+from runtime import collector
 from runtime.form import AtLeastOne, Maybe, title
 from write_engine.inputs import ItemInput, ParsedItems, dedupe, parse_item
 from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
@@ -173,17 +174,20 @@ async def rerun_failed_items(
             "record: fix them, then rerun this run by hand",
             len(kept),
         )
+    # a rerun of a bulk run may send tens of thousands of items: the same collector tuning as
+    # add-people-to-groups (runtime/collector.py)
     async with factory(unconfirmed_links) as job:
         parsed = _parse_inputs(job, send)
-        return await run_write_job(
-            job,
-            parsed,
-            dry_run=dry_run,
-            concurrency=concurrency,
-            rerun_of=run_id,
-            attempt=attempt,
-            carried=kept,
-        )
+        with collector.tuned_for_bulk_run():
+            return await run_write_job(
+                job,
+                parsed,
+                dry_run=dry_run,
+                concurrency=concurrency,
+                rerun_of=run_id,
+                attempt=attempt,
+                carried=kept,
+            )
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ pace and keeps its memory flat (docs/performance.md; numbers in bench/RESULTS.md
 
 Thresholds and the frozen set are process-wide, and a process may run several flows at once (a
 test session, a ``serve`` process with threads): both are reference-counted, so the first run to
-enter applies a setting and the last to leave restores what was there before.
+enter applies a setting and the last to leave restores what was there before. Because they are
+process-wide, a flow says so in its own body (``with collector.tuned_for_bulk_run(): ...``), where
+its author and reader see it; the shared engines never change them behind a flow's back.
 """
 
 from __future__ import annotations

@@ -41,7 +41,6 @@ from compliance_api.errors import (
     ServerError,
     TransportError,
 )
-from runtime import collector
 from runtime.attempts import Attempt, AttemptLost, abort_if_lost, claimed, fenced
 from runtime.connection import compliance_client
 from tasks.token import get_shared_access_token
@@ -288,10 +287,9 @@ async def _run_write_job(
             await progress.finish()
         elif units:
             assert client is not None
-            with collector.tuned_for_bulk_run():
-                results, record = await _apply_attempt(
-                    job, client, units, concurrency, progress, fence, done
-                )
+            results, record = await _apply_attempt(
+                job, client, units, concurrency, progress, fence, done
+            )
         else:  # only carried failures: nothing to send
             results = []
             await progress.finish()
