@@ -1,24 +1,10 @@
-"""Bursts of discovered vendors through the whole stack: 40 and 400, on SQLite, PostgreSQL, and
-PostgreSQL with Redis as two API replicas and a services process (``python -m bench --only
-burst``).
+"""Bursts of 40 and 400 discovered vendors through the ``make serve`` stack on SQLite (1
+worker), PostgreSQL (3) and PostgreSQL + Redis as 2 API replicas (3) (``python -m bench --only
+burst``; docs/performance.md says how a burst is driven and watched).
 
-Per backend one stack, the one ``make serve`` runs (``deployments.stack.LocalStack``): SQLite in
-the state directory with 1 worker; a fresh PostgreSQL database (dropped after) with 3 workers
-that share nothing but the Prefect API; and ``replicas``, the same on a fresh PostgreSQL and
-Redis database split into 2 API servers and a services process (docs/scaling.md). Its bursts run
-one after the other, smallest first, nothing reset between them.
-
-One burst: the sandbox discovers ``size`` vendors at once (one audit entry each); one run of
-``bridge-event-log`` turns the entries into events; the trigger of
-``promote-discovered-vendors`` debounces them into runs that each promote every vendor logged
-since the promote flow's checkpoint: one run, ideally. The bridge's schedule and the promote
-deployment's ``catch-up`` are off, so the trigger path carries the burst: a vendor only the
-catch-up would have found counts as not managed.
-
-Measured: seconds from the bridge run's creation until the sandbox has managed every vendor;
-then, once every run is final and no crash recovery runs (held ``SETTLE_SECONDS``), the
-promotion runs and their states, vendors managed twice and not at all, runs started again,
-"database is locked" errors and tracebacks the stack logged meanwhile, token mints and 401s.
+Measured per burst: seconds from the bridge run's creation until every vendor is managed; once
+all is quiet, the promotion runs and their states, vendors managed twice or not at all, runs
+started again, "database is locked" and tracebacks in the logs, mints and 401s.
 ``target_checks``: what the issues ask of a burst of 400.
 """
 
@@ -31,11 +17,10 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import ForeignCpu, database_name, fresh_database, fresh_redis
+from bench.common import DEMO_CLIENT_ID, ForeignCpu, database_name, fresh_database, fresh_redis
 from deployments.processes import wait_until
 
 BRIDGE = "bridge-event-log/every-3-minutes"
@@ -65,7 +50,6 @@ PREFECT_POLL_SECONDS = 1.0
 #: a read of the Prefect API is given this long, and tried again until READ_PATIENCE_SECONDS
 READ_TIMEOUT_SECONDS = 60.0
 READ_PATIENCE_SECONDS = 600.0
-DEMO_CLIENT_ID = "demo-manage"
 
 #: the issue's targets: a burst of TARGET_SIZE vendors managed, each exactly once, within
 #: WALL_TARGET_SECONDS[backend] of the bridge run's start, in at most MAX_PROMOTION_RUNS runs,
@@ -81,13 +65,9 @@ MAX_MINTS = 1
 
 # --------------------------------------------------------------------------- Prefect API
 class Api:
-    """The few Prefect REST calls the burst needs, on a running ``LocalStack``.
-
-    Reads (the poll) go through a client of their own that rides out a server that stalls or
-    answers 503 (a SQLite server under a burst does both) and records how often it did; writes
-    go through ``LocalStack.request`` (503s retried; a timed-out write is an error, since it may
-    have landed).
-    """
+    """The few Prefect REST calls the burst needs, on a running ``LocalStack``: reads ride out a
+    server that stalls or answers 503 (SQLite under a burst does both); writes go through
+    ``LocalStack.request`` (a timed-out write is an error: it may have landed)."""
 
     def __init__(self, stack: Any) -> None:
         import httpx
@@ -97,9 +77,6 @@ class Api:
         self._http = httpx.Client(
             base_url=stack.api_url, timeout=READ_TIMEOUT_SECONDS, auth=stack.http_auth
         )
-        self.read_timeouts = 0
-        self.read_503s = 0
-        self.slowest_read_seconds = 0.0
 
     def close(self) -> None:
         self._http.close()
@@ -109,28 +86,17 @@ class Api:
 
         deadline = time.monotonic() + READ_PATIENCE_SECONDS
         while True:
-            began = time.monotonic()
             try:
                 response = self._http.request(method, path, json=body)
             except httpx.TimeoutException:
-                self.read_timeouts += 1
                 if time.monotonic() > deadline:
                     raise
                 continue
-            self.slowest_read_seconds = max(self.slowest_read_seconds, time.monotonic() - began)
             if response.status_code == 503 and time.monotonic() < deadline:
-                self.read_503s += 1
                 time.sleep(1.0)
                 continue
             response.raise_for_status()
             return response.json()
-
-    def poll_stats(self) -> dict[str, Any]:
-        return {
-            "read_timeouts": self.read_timeouts,
-            "read_503s": self.read_503s,
-            "slowest_read_seconds": round(self.slowest_read_seconds, 1),
-        }
 
     def deployment(self, name: str) -> dict[str, Any]:
         return dict(self.read("GET", f"/deployments/name/{name}"))
@@ -155,17 +121,14 @@ class Api:
     def flow_run(self, flow_run_id: str) -> dict[str, Any]:
         return dict(self.read("GET", f"/flow_runs/{flow_run_id}"))
 
-    def pause_schedules(self, name: str, slug: str | None = None) -> int:
+    def pause_schedules(self, name: str, slug: str | None = None) -> None:
         """Switch the deployment's active schedules off, or only the one called ``slug``
         (Prefect deletes the future runs they had queued)."""
         deployment = self.deployment(name)
-        paused = 0
         for schedule in deployment.get("schedules") or []:
             if schedule.get("active") and slug in (None, schedule.get("slug")):
                 path = f"/deployments/{deployment['id']}/schedules/{schedule['id']}"
                 self.stack.request("PATCH", path, {"active": False})
-                paused += 1
-        return paused
 
 
 def state_type(run: dict[str, Any]) -> str:
@@ -209,14 +172,6 @@ def summarize_burst(
     }
 
 
-def wall_limit(backend: str, reference_wall: float | None = None) -> float | None:
-    """The wall-time target of a burst of ``TARGET_SIZE``: seconds, or for the replicas a
-    multiple of ``reference_wall`` (the PostgreSQL burst's; None: not measured)."""
-    if backend == "replicas":
-        return None if reference_wall is None else reference_wall * REPLICA_WALL_RATIO
-    return WALL_TARGET_SECONDS.get(backend)
-
-
 def target_labels(backend: str) -> dict[str, str]:
     """What each of ``target_checks``' keys asks of a burst of ``TARGET_SIZE`` on ``backend``."""
     limit = WALL_TARGET_SECONDS.get(backend)
@@ -240,10 +195,13 @@ def target_checks(
     backend: str, burst: dict[str, Any], reference_wall: float | None = None
 ) -> dict[str, bool | None] | None:
     """Each of the issue's targets (``target_labels``) this burst is held to: True met, False
-    missed, None not measured (a failed burst). None: no target for this backend and size."""
+    missed, None not measured (a failed burst). None: no target for this backend and size. The
+    replicas' wall is held to a multiple of ``reference_wall``, the PostgreSQL burst's."""
     if backend not in STACKS or burst.get("size") != TARGET_SIZE:
         return None
-    limit = wall_limit(backend, reference_wall)
+    limit = WALL_TARGET_SECONDS.get(backend)
+    if backend == "replicas":
+        limit = None if reference_wall is None else reference_wall * REPLICA_WALL_RATIO
     if "error" in burst:
         return dict.fromkeys(target_labels(backend), None)
 
@@ -316,24 +274,6 @@ def traceback_errors(logs_dir: Path) -> Counter[str]:
     return errors
 
 
-@dataclass
-class Watch:
-    """What the poll saw of one burst, from the bridge run's creation on."""
-
-    started: float
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    #: seconds until every vendor was managed (None: not all were)
-    managed_at: float | None = None
-    quiet_since: float | None = None
-    timed_out: bool = False
-    gave_up: bool = False
-    milestones: dict[str, float] = field(default_factory=dict)
-    timeline: list[dict[str, Any]] = field(default_factory=list)
-
-    def now(self) -> float:
-        return round(time.monotonic() - self.started, 1)
-
-
 def watch_burst(
     api: Api,
     control: Any,
@@ -342,67 +282,43 @@ def watch_burst(
     earlier: set[str],
     started: float,
     timeout: float,
-) -> Watch:
+) -> tuple[list[dict[str, Any]], float | None, bool]:
     """Poll until the burst is over: every vendor managed and everything quiet for
     ``SETTLE_SECONDS``, or quiet for ``GIVE_UP_QUIET_SECONDS`` with vendors still not managed,
-    or ``timeout``. Promotion runs in ``earlier`` (there before the burst) are not its own."""
-    watch = Watch(started=started)
+    or ``timeout``. Returns the burst's promotion runs (not those in ``earlier``), the seconds
+    until every vendor was managed (None: not all were) and whether it timed out."""
+    runs: list[dict[str, Any]] = []
+    managed_at: float | None = None
+    quiet_since: float | None = None
     next_prefect_read = 0.0
     while True:
-        now = watch.now()
+        now = time.monotonic() - started
         managed = control.stats()["write_counts"]["add_to_managed"]
-        done = sum(1 for vendor in vendors if managed.get(vendor))
-        if done:
-            watch.milestones.setdefault("first_vendor_managed", now)
-        if done == len(vendors) and watch.managed_at is None:
-            watch.managed_at = time.monotonic() - started
+        if managed_at is None and all(managed.get(vendor) for vendor in vendors):
+            managed_at = time.monotonic() - started
         if time.monotonic() >= next_prefect_read:
             next_prefect_read = time.monotonic() + PREFECT_POLL_SECONDS
-            watch.runs = [run for run in api.flow_runs(PROMOTE) if run["id"] not in earlier]
-            record_progress(watch, now, done)
+            runs = [run for run in api.flow_runs(PROMOTE) if run["id"] not in earlier]
             # the rest only matters once every promotion there is has ended
-            quiet = all_final(watch.runs)
-            quiet = quiet and state_type(api.flow_run(bridge_id)) in FINAL
-            quiet = quiet and all_final(api.flow_runs(RECOVER))
-            if not quiet:
-                watch.quiet_since = None
-            elif watch.quiet_since is None:
-                watch.quiet_since = now
-            still = now - watch.quiet_since if watch.quiet_since is not None else 0.0
-            if watch.managed_at is not None and still >= SETTLE_SECONDS:
-                return watch
-            if watch.managed_at is None and still >= GIVE_UP_QUIET_SECONDS:
-                watch.gave_up = True
-                return watch
+            quiet = all_final(runs) and state_type(api.flow_run(bridge_id)) in FINAL
+            if not (quiet and all_final(api.flow_runs(RECOVER))):
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            still = 0.0 if quiet_since is None else now - quiet_since
+            if still >= (GIVE_UP_QUIET_SECONDS if managed_at is None else SETTLE_SECONDS):
+                return runs, managed_at, False
         if now > timeout:
-            watch.timed_out = True
-            return watch
+            return runs, managed_at, True
         time.sleep(POLL_SECONDS)
 
 
-def record_progress(watch: Watch, now: float, managed: int) -> None:
-    """The milestones and a timeline entry whenever the promotion runs' states change."""
-    counts = dict(sorted(Counter(state_type(run) for run in watch.runs).items()))
-    if not watch.timeline or watch.timeline[-1]["states"] != counts:
-        watch.timeline.append({"t": now, "states": counts, "vendors_managed": managed})
-    if watch.runs:
-        watch.milestones.setdefault("first_promote_run_created", now)
-    if any(state_type(run) == "COMPLETED" for run in watch.runs):
-        watch.milestones.setdefault("first_promote_run_completed", now)
-
-
-def pause_schedules(api: Api) -> dict[str, int]:
-    """The bridge's schedule (the one run started here carries the burst) and the promote
-    deployment's catch-up (so the trigger path is what is measured)."""
-    return {
-        "bridge": api.pause_schedules(BRIDGE),
-        "promote_catch_up": api.pause_schedules(PROMOTE, slug=CATCH_UP),
-    }
-
-
 def drive(stack: Any, api: Api, control: Any, size: int, timeout: float) -> dict[str, Any]:
-    """Inject one burst into a running stack and watch it to its end."""
-    paused = pause_schedules(api)
+    """Inject one burst into a running stack and watch it to its end. The bridge's schedule is
+    off (the one run started here carries the burst), and the promote deployment's catch-up (so
+    the trigger path is what is measured)."""
+    api.pause_schedules(BRIDGE)
+    api.pause_schedules(PROMOTE, slug=CATCH_UP)
     wait_until(
         "earlier bridge and promotion runs to end",
         lambda: all_final(api.flow_runs(BRIDGE)) and all_final(api.flow_runs(PROMOTE)),
@@ -421,17 +337,17 @@ def drive(stack: Any, api: Api, control: Any, size: int, timeout: float) -> dict
     with ForeignCpu(database_name(stack.options.database_url)) as foreign:
         started = time.monotonic()
         bridge = api.run_deployment(BRIDGE, {"start_date": start_date, "reset_checkpoint": True})
-        watch = watch_burst(
+        runs, managed_at, timed_out = watch_burst(
             api, control, set(vendors), str(bridge["id"]), earlier, started, timeout
         )
     after = control.stats()
     result = summarize_burst(
         size,
         vendors,
-        watch.runs,
+        runs,
         after["write_counts"]["add_to_managed"],
-        wall_seconds=watch.managed_at,
-        timed_out=watch.timed_out,
+        wall_seconds=managed_at,
+        timed_out=timed_out,
         mints=after["token_mints"].get(DEMO_CLIENT_ID, 0)
         - before["token_mints"].get(DEMO_CLIENT_ID, 0),
         unauthorized=after["unauthorized"] - before["unauthorized"],
@@ -440,24 +356,16 @@ def drive(stack: Any, api: Api, control: Any, size: int, timeout: float) -> dict
     result.update(
         {
             "traceback_errors": dict(traceback_errors(stack.logs_dir) - errors_before),
-            "gave_up_when_quiet": watch.gave_up,
             "bridge_state": state_type(api.flow_run(str(bridge["id"]))),
-            "schedules_paused": paused,
-            "catch_up_paused": True,
             "recovery_runs": len(api.flow_runs(RECOVER)) - earlier_recoveries,
-            "mints_since_stack_start": after["token_mints"].get(DEMO_CLIENT_ID, 0),
-            "poll": api.poll_stats(),
-            "milestones_seconds": watch.milestones,
-            "timeline": watch.timeline,
             "runs": [
                 {
                     "name": run.get("name"),
                     "state": state_type(run),
                     "message": ((run.get("state") or {}).get("message") or "")[:300],
                     "run_count": run.get("run_count"),
-                    "parameters": run.get("parameters"),
                 }
-                for run in watch.runs[:20]
+                for run in runs[:20]
             ],
             "foreign_cpu": foreign.report(),
         }
@@ -493,7 +401,6 @@ def bursts_on(backend: str, sizes: list[int], timeout: float) -> dict[str, Any]:
         began = time.monotonic()
         with stack:
             side["stack_startup_seconds"] = round(time.monotonic() - began, 1)
-            side["stack_timings_seconds"] = {k: round(v, 1) for k, v in stack.timings.items()}
             api = Api(stack)
             control = SandboxControl(stack.sandbox_url, timeout=60)
             try:
@@ -510,8 +417,6 @@ def bursts_on(backend: str, sizes: list[int], timeout: float) -> dict[str, Any]:
             finally:
                 control.close()
                 api.close()
-        side["log_counts"] = log_counts(stack.logs_dir)
-    side["database"] = "SQLite (state dir)" if database_url is None else "PostgreSQL (fresh)"
     return side
 
 
@@ -549,11 +454,8 @@ def run(
         "config": {
             "sizes": sizes,
             "workers": {backend: WORKERS[backend] for backend in backends},
-            "worker_poll_seconds": 1.0,
             "timeout_seconds": timeout,
             "settle_seconds": SETTLE_SECONDS,
-            "give_up_quiet_seconds": GIVE_UP_QUIET_SECONDS,
-            "paused_during_the_bursts": [BRIDGE, f"{PROMOTE} ({CATCH_UP})"],
             "backends": backends,
         },
         "backends": results,

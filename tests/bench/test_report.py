@@ -82,8 +82,6 @@ def burst_run(size: int = 400, wall: float | None = 30.0, **changes: Any) -> dic
         "401s": 0,
         "bridge_state": "COMPLETED",
         "recovery_runs": 0,
-        "milestones_seconds": {"first_promote_run_created": 3.0},
-        "poll": {"read_timeouts": 0, "read_503s": 0, "slowest_read_seconds": 0.2},
         "foreign_cpu": {"seconds": 0.1, "share_of_cores": 0.001, "ours_seconds": 50.0},
         "runs": [],
     } | changes
