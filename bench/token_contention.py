@@ -3,29 +3,17 @@
     uv run --no-sync python -m bench.token_contention --processes 8 --runs 5
         [--backends sqlite postgresql] [--stores local prefect]
 
-Starts the sandbox (in a thread) and per backend a Prefect server (SQLite, or a fresh PostgreSQL
-database), then runs the shared broker ("shared") once per token store and, once, a naive client
-that mints per process and on every 401 ("naive", as public clients do; no Prefect). Each shared
-row starts from a reset sandbox (so it mints once) and a token-endpoint limit of its own, shaped
-as bootstrap makes the production one (1 slot, one more every 15 s). Prints a JSON line per row:
-wall time, runs lost (not Completed), mints, 401s, 429s, the most token-endpoint calls in any
-60 s, and two times per flow run:
-
-- **token wait** (``wait_*``): the time inside the broker's ``get_token`` called by the token
-  task (in-memory check, store reads, the locks, the one mint), timed by wrapping
-  ``TokenBroker.get_token`` in the children: the "token-wait p99 < 1 s" target;
-- **token task call** (``task_call_*``): the whole ``await get_shared_access_token()``, i.e. the
-  wait plus Prefect's task-run machinery under 40 simultaneous starts. Before the two were told
-  apart, this was the only "wait" measured.
-
-For the naive client the wait is each mint's call, and there is no task call. ``child`` is the
-per-process worker, also used by tests/runtime/test_shared_token_many_processes.py.
+Per backend a Prefect server and the shared broker once per token store, then once a naive client
+(a mint per process and per 401, no Prefect); a JSON line per row. Token wait (``wait_*``): inside
+the broker's ``get_token``; task call (``task_call_*``): the whole token task call, Prefect's task
+run included (docs/performance.md). ``spawn`` and ``child_env`` serve tests/runtime too.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import contextvars
 import json
 import os
@@ -34,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -76,6 +65,7 @@ def _time_broker_calls() -> None:
 async def _shared_child(runs: int) -> dict[str, Any]:
     from prefect import flow
 
+    from compliance_api.models import KnowledgeBaseResource
     from runtime.connection import compliance_client
     from tasks.token import get_shared_access_token
 
@@ -99,7 +89,7 @@ async def _shared_child(runs: int) -> dict[str, Any]:
         fingerprints.add(info.fingerprint)
         async with compliance_client() as client:
             for _ in range(CALLS_PER_RUN):
-                await client.list_knowledge_base_resources_page(page_size=1)
+                await client.list_page(KnowledgeBaseResource, page_size=1)
         return info.fingerprint
 
     async def one() -> str | None:
@@ -127,13 +117,9 @@ async def _shared_child(runs: int) -> dict[str, Any]:
 
 async def _naive_child(runs: int) -> dict[str, Any]:
     """Mint per process, re-mint on every 401, give up on 429: the common public client."""
+    from bench.common import TOKEN_REQUEST
+
     base = os.environ["COMPLIANCE_BASE_URL"]
-    body = {
-        "grant_type": "client_credentials",
-        "client_id": os.environ["COMPLIANCE_CLIENT_ID"],
-        "client_secret": os.environ["COMPLIANCE_CLIENT_SECRET"],
-        "scope": "service-api.all:read service-api.all:write",
-    }
     waits: list[float] = []
     failures = 0
     token: dict[str, str] = {}
@@ -142,7 +128,7 @@ async def _naive_child(runs: int) -> dict[str, Any]:
 
         async def mint() -> None:
             started = time.perf_counter()
-            response = await http.post("/oauth/token", json=body)
+            response = await http.post("/oauth/token", json=TOKEN_REQUEST)
             if response.status_code == 200:  # a 429 is treated as fatal, as such clients do
                 token["value"] = response.json()["access_token"]
             waits.append(time.perf_counter() - started)
@@ -163,15 +149,8 @@ async def _naive_child(runs: int) -> dict[str, Any]:
 
         await mint()
         await asyncio.gather(*(run() for _ in range(runs)))
-    elapsed = time.perf_counter() - started
-    return {
-        "fingerprints": [],
-        "waits": waits,
-        "failures": failures,
-        "runs": runs,
-        "lost": 0,
-        "elapsed_seconds": elapsed,
-    }
+    report = {"fingerprints": [], "waits": waits, "failures": failures, "runs": runs, "lost": 0}
+    return report | {"elapsed_seconds": time.perf_counter() - started}
 
 
 def child(mode: str, runs: int) -> dict[str, Any]:
@@ -180,14 +159,8 @@ def child(mode: str, runs: int) -> dict[str, Any]:
 
 
 def launch(mode: str, processes: int, runs: int) -> None:
-    """Import once, then fork ``processes`` independent children (saves P-1 Prefect imports
-    on small machines; each child is still its own process with its own broker and loop).
-
-    The imports include what Prefect imports on a process's first flow call (its flow and
-    task engines, the visualization helpers, pydantic.v1 for the parameter check): in a child
-    that had not, the first run's imports would hold up the event loop of all its runs, in the
-    middle of their wait for the token (a worker's flow-run process has them imported before
-    its flow starts)."""
+    """Import once (what a worker's flow-run process has imported before its flow starts), then
+    fork ``processes`` children, each with its own broker and event loop."""
     if mode == "shared":
         import prefect.flow_engine  # noqa: F401 - warm the imports for the children
         import prefect.task_engine  # noqa: F401
@@ -227,11 +200,8 @@ def launch(mode: str, processes: int, runs: int) -> None:
 def spawn(
     mode: str, processes: int, runs: int, env: dict[str, str], *, tolerate_errors: bool = False
 ) -> list[dict[str, Any]]:
-    """Run ``processes`` children at once; returns their reports plus the captured output.
-
-    A child that failed raises, unless ``tolerate_errors``: then its report says so and all its
-    runs count as lost (the benchmark records a loss instead of stopping at it).
-    """
+    """Run ``processes`` children at once; their reports with the captured output. A failed
+    child raises, unless ``tolerate_errors``: then all its runs count as lost."""
     command = [sys.executable, "-m", "bench.token_contention", "launch", mode]
     command += [str(processes), str(runs)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -255,35 +225,34 @@ def spawn(
     return reports
 
 
-class WindowWatcher:
-    """Samples the sandbox's token-request counter to find the busiest 60 s window."""
+@contextlib.contextmanager
+def token_calls_sampled(stats: Any) -> Iterator[list[tuple[float, int]]]:
+    """(time, token requests so far) from the sandbox every 0.25 s while the block runs."""
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
 
-    def __init__(self, stats: Any, client_id: str) -> None:
-        self._stats, self._client_id = stats, client_id
-        self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    def sample() -> None:
+        while not stop.is_set():
+            count = stats()["token_requests"].get("demo-manage", 0)
+            samples.append((time.monotonic(), int(count)))
+            stop.wait(0.25)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            count = self._stats()["token_requests"].get(self._client_id, 0)
-            self.samples.append((time.monotonic(), int(count)))
-            self._stop.wait(0.25)
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
 
-    def __enter__(self) -> WindowWatcher:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def busiest_window(self, seconds: float = 60.0) -> int:
-        best = 0
-        for start, base in self.samples:
-            inside = [count for moment, count in self.samples if 0 <= moment - start <= seconds]
-            best = max(best, max(inside) - base)
-        return best if len(self.samples) > 1 else 0
+def busiest_window(samples: list[tuple[float, int]], seconds: float = 60.0) -> int:
+    """The most token requests in any ``seconds`` of ``samples``."""
+    best = 0
+    for start, base in samples:
+        inside = [count for moment, count in samples if 0 <= moment - start <= seconds]
+        best = max(best, max(inside) - base)
+    return best if len(samples) > 1 else 0
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -332,12 +301,12 @@ def summarize(
 
 def _times(name: str, seconds: list[float]) -> dict[str, float | None]:
     """``{name}_p50_ms``, ``{name}_p99_ms`` and ``{name}_max_ms`` (None without values)."""
-    if not seconds:
-        return {f"{name}_p50_ms": None, f"{name}_p99_ms": None, f"{name}_max_ms": None}
+    values = (
+        [statistics.median(seconds), percentile(seconds, 0.99), max(seconds)] if seconds else []
+    )
     return {
-        f"{name}_p50_ms": round(statistics.median(seconds) * 1000, 1),
-        f"{name}_p99_ms": round(percentile(seconds, 0.99) * 1000, 1),
-        f"{name}_max_ms": round(max(seconds) * 1000, 1),
+        f"{name}_{stat}_ms": round(values[i] * 1000, 1) if values else None
+        for i, stat in enumerate(("p50", "p99", "max"))
     }
 
 
@@ -345,17 +314,17 @@ def child_env(sandbox_url: str, state_dir: str, fernet_key: str) -> dict[str, st
     from bench.common import prefect_client_env
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPLIANCE_")}
-    env.update(prefect_client_env())  # PREFECT_API_URL and the server's auth string
-    env.update(
-        {
+    return (
+        env
+        | prefect_client_env()
+        | {  # PREFECT_API_URL and the server's auth string
             "COMPLIANCE_BASE_URL": sandbox_url,
             "COMPLIANCE_CLIENT_ID": "demo-manage",
-            "COMPLIANCE_CLIENT_SECRET": "demo-manage-secret-not-real",  # noqa: S105 - sandbox
+            "COMPLIANCE_CLIENT_SECRET": "demo-manage-secret-not-real",
             "COMPLIANCE_TOKEN_ENCRYPTION_KEY": fernet_key,
             "COMPLIANCE_STATE_DIR": state_dir,
         }
     )
-    return env
 
 
 def measure(
@@ -388,18 +357,13 @@ def measure(
         limit = f"bench-token-endpoint-{uuid.uuid4().hex[:8]}"
         asyncio.run(ensure_token_rate_limit(limit))
         env["COMPLIANCE_TOKEN_RATE_LIMIT_NAME"] = limit
-    with WindowWatcher(control.stats, "demo-manage") as watcher:
+    with token_calls_sampled(control.stats) as samples:
         started = time.perf_counter()
         reports = spawn(mode, processes, runs, env, tolerate_errors=True)
         wall = time.perf_counter() - started
+    window = busiest_window(samples)
     return summarize(
-        mode,
-        reports,
-        control.stats(),
-        watcher.busiest_window(),
-        wall_seconds=wall,
-        backend=backend,
-        store=store,
+        mode, reports, control.stats(), window, wall_seconds=wall, backend=backend, store=store
     )
 
 
@@ -413,14 +377,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
-    parser.add_argument(
-        "--stores",
-        nargs="+",
-        choices=("local", "prefect"),
-        default=["local"],
-        help="COMPLIANCE_TOKEN_STORE of the shared runs (local: one machine's encrypted files "
-        "and flock; prefect: a Prefect Variable and a lock on the server, as on several machines)",
-    )
+    stores = ("local", "prefect")  # COMPLIANCE_TOKEN_STORE of the shared runs
+    parser.add_argument("--stores", nargs="+", choices=stores, default=["local"])
     args = parser.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     use_bytecode_cache()  # as `make bench` does: no process compiles Prefect from source
