@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    ADD_PEOPLE_ROUTE,
     DEMO_CLIENT_ID,
     TOKEN_REQUEST,
     ForeignCpu,
@@ -40,6 +39,7 @@ from bench.common import (
 )
 
 CHUNK = 100
+ADD_PEOPLE_ROUTE = "POST /v1/groups/{groupId}/add-people"
 #: the marginal cost ratio each backend must stay under (PostgreSQL: the scale-out issue's)
 MARGINAL_TARGETS = {"sqlite": 1.15, "postgresql": 1.10}
 BENCH_TOKEN_LIMIT = "bench-token-endpoint"

@@ -1,9 +1,6 @@
 """What every benchmark shares: the sandbox in its own process, a Prefect server, child
-processes timed from the outside, and the machine's description.
-
-Client and server never share an interpreter: the sandbox runs as ``python -m sandbox`` and the
-code under test in a fresh child process, so a child's wall time includes everything an operator
-pays for (interpreter start, imports, the Prefect flow run) and its peak RSS is its own.
+processes timed from the outside (so a child's wall time includes everything an operator pays
+for, and its peak RSS is its own), and the machine's description.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -43,27 +40,17 @@ TOKEN_REQUEST = {
     "client_secret": DEMO_CLIENT_SECRET,
     "scope": "service-api.all:read service-api.all:write",
 }
-ADD_PEOPLE_ROUTE = "POST /v1/groups/{groupId}/add-people"
 #: a line a child prints last: ``BENCH-RESULT {json}``
 RESULT_MARKER = "BENCH-RESULT "
 #: the Prefect server's database in the benchmarks that compare them
 BACKENDS = ("sqlite", "postgresql")
-BACKEND_LABELS = {
-    "sqlite": "SQLite",
-    "postgresql": "PostgreSQL",
-    "replicas": "PostgreSQL + Redis, 2 API replicas",
-}
 #: whether this environment had turned bytecode caching off (recorded with every run)
 BYTECODE_DISABLED_BY_ENV = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
 
 
 def use_bytecode_cache(env: MutableMapping[str, str] | None = None) -> None:
-    """Let processes cache compiled bytecode, as any installed deployment does.
-
-    This environment sets PYTHONDONTWRITEBYTECODE=1 and uv does not compile at install: every
-    process would compile ~1,000 Prefect modules on start-up, seconds of CPU no deployment pays.
-    The cache is a private directory, so the shared virtual environment is left untouched.
-    """
+    """Let processes cache compiled bytecode, as any installed deployment does, in a private
+    directory (this environment sets PYTHONDONTWRITEBYTECODE=1: docs/performance.md)."""
     target = os.environ if env is None else env
     target.pop("PYTHONDONTWRITEBYTECODE", None)
     target["PYTHONPYCACHEPREFIX"] = str(
@@ -78,14 +65,9 @@ def free_port() -> int:
 
 
 class ForeignCpu:
-    """CPU time that processes outside this benchmark used while it ran (``with`` block).
-
-    The flow side keeps most of a core busy and the Prefect server most of the other, the plain
-    script hardly any: a third busy process slows the flow far more than its baseline, so a ratio
-    is only comparable when this is near zero. Ours: this process, its live descendants and the
-    children it waited for; with ``database``, the PostgreSQL backends serving that database
-    (``database_seconds``); foreign: the rest of the machine's busy time.
-    """
+    """CPU time that processes outside this benchmark used while it ran (``with`` block). Ours:
+    this process, its live descendants and the children it waited for; with ``database``, the
+    PostgreSQL backends serving it (``database_seconds``); foreign: the rest of the busy time."""
 
     def __init__(self, database: str | None = None) -> None:
         self.database = database
@@ -109,11 +91,8 @@ class ForeignCpu:
         self.share = self.seconds / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
 
     def report(self) -> dict[str, float]:
-        report = {
-            "seconds": round(self.seconds, 1),
-            "share_of_cores": round(self.share, 3),
-            "ours_seconds": round(self.ours_seconds, 1),
-        }
+        report = {"seconds": round(self.seconds, 1), "share_of_cores": round(self.share, 3)}
+        report["ours_seconds"] = round(self.ours_seconds, 1)
         if self.database:
             report["database_seconds"] = round(self.database_seconds, 1)
         return report
@@ -203,10 +182,6 @@ class SandboxProcess:
     process: subprocess.Popen[bytes]
     control: SandboxControl
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
 
 @contextlib.contextmanager
 def sandbox_process(
@@ -252,7 +227,8 @@ def fresh_database(backend: str) -> Iterator[str | None]:
     import asyncio
     import uuid
 
-    from deployments.database import drop_database, local_postgres_url, prepare_database
+    from deployments.database import prepare_database
+    from tests.fixtures.postgres import drop_database, local_postgres_url
 
     url = local_postgres_url(f"compliance_flows_bench_{uuid.uuid4().hex[:12]}")
     prepare_database(url)  # a DatabaseError names what is missing
@@ -281,17 +257,6 @@ def fresh_redis() -> Iterator[str]:
         client.flushdb()
 
 
-def server_base_env() -> dict[str, str]:
-    """The environment of a Prefect server a benchmark starts (``PrefectServer`` adds the
-    project's server settings and the database)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "COMPLIANCE_"))}
-    env["PREFECT_SERVER_ANALYTICS_ENABLED"] = env["PREFECT_CLI_PROMPT"] = "false"
-    env["PREFECT_LOGGING_LEVEL"] = "WARNING"
-    # a traceback when it is stopped while flushing events: noise, not a result
-    env["PREFECT_SERVER_LOGGING_LEVEL"] = "CRITICAL"
-    return env
-
-
 @contextlib.contextmanager
 def prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
     """``prefect server start`` on SQLite or on a fresh PostgreSQL database, the only difference
@@ -304,6 +269,11 @@ def prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
     from deployments.prefect_server import PrefectServer, PrefectServerOptions
 
     home = Path(tempfile.mkdtemp(prefix=f"compliance-bench-prefect-{backend}-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "COMPLIANCE_"))}
+    env["PREFECT_SERVER_ANALYTICS_ENABLED"] = env["PREFECT_CLI_PROMPT"] = "false"
+    env["PREFECT_LOGGING_LEVEL"] = "WARNING"
+    # a traceback when it is stopped while flushing events: noise, not a result
+    env["PREFECT_SERVER_LOGGING_LEVEL"] = "CRITICAL"
     with fresh_database(backend) as database_url:
         options = PrefectServerOptions(
             port=free_port(),
@@ -313,7 +283,7 @@ def prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
             startup_timeout=180,
             auth_string=generate_auth_string(),
         )
-        server = PrefectServer(options, base_env=server_base_env())
+        server = PrefectServer(options, base_env=env)
         server.start()
         try:
             settings = {
@@ -346,13 +316,8 @@ def database_name(database_url: str | None) -> str | None:
 
 
 def wait_for_prefect_idle(api_url: str, *, settle: float = 1.5, limit: float = 180) -> float:
-    """Wait until the Prefect server has recorded the previous run's task runs (the count has not
-    changed for ``settle`` seconds); returns the wait.
-
-    The server turns task-run events into rows in the background. While it works through the
-    thousands a bulk run leaves, its SQLite database refuses other writes ("database is locked",
-    a 503 the client retries after 2, 4, 8 ... s): the next run would pay the previous one's bill.
-    """
+    """Wait until the Prefect server has recorded the previous run's task runs (their count still
+    for ``settle`` seconds), so the next run does not pay for them; returns the wait."""
     from deployments.auth import basic_auth
 
     started = stable_since = time.monotonic()
@@ -410,22 +375,6 @@ class ChildRun:
     stderr_tail: str
 
 
-def _first_calls(
-    stats: Callable[[], dict[str, Any]], data_route: str | None, started: float
-) -> tuple[float | None, float | None]:
-    """Seconds from launch to the first request (any) and to the first call of ``data_route``,
-    from the sandbox's counters every ~10 ms in this process: the child is not touched."""
-    first_any = 0.0 if stats()["requests_total"] else None
-    while True:
-        snapshot = stats()
-        now = time.perf_counter() - started
-        if first_any is None and snapshot["requests_total"]:
-            first_any = now
-        if data_route is None or snapshot["route_counts"].get(data_route):
-            return first_any, now if data_route else None
-        time.sleep(0.01)
-
-
 def run_child(
     command: list[str],
     env: dict[str, str],
@@ -434,23 +383,22 @@ def run_child(
     data_route: str | None = None,
     timeout: float = 1800,
 ) -> ChildRun:
-    """Run a child to its end; with ``control``, watch the sandbox for its first calls."""
+    """Run a child to its end; with ``control``, time its first request (any) and its first call
+    of ``data_route`` from the sandbox's counters every ~10 ms (the child is not touched)."""
     baseline = control.stats()["requests_total"] if control else 0
+    first_any = first_data = None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err)
-        first_any = first_data = None
-        if control is not None:
-
-            def stats() -> dict[str, Any]:
-                if process.poll() is not None:
-                    raise ChildExited
-                snapshot = control.stats()
-                snapshot["requests_total"] -= baseline
-                return snapshot
-
-            with contextlib.suppress(ChildExited):
-                first_any, first_data = _first_calls(stats, data_route, started)
+        while control is not None and process.poll() is None:
+            snapshot = control.stats()
+            now = time.perf_counter() - started
+            if first_any is None and snapshot["requests_total"] > baseline:
+                first_any = now
+            if data_route is None or snapshot["route_counts"].get(data_route):
+                first_data = now if data_route else None
+                break
+            time.sleep(0.01)
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -463,10 +411,6 @@ def run_child(
     results = [line for line in stdout.splitlines() if line.startswith(RESULT_MARKER)]
     result = json.loads(results[-1][len(RESULT_MARKER) :]) if results else {}
     return ChildRun(wall, returncode, result, first_any, first_data, stderr[-4000:])
-
-
-class ChildExited(Exception):
-    pass
 
 
 def ratio(numerator: float, denominator: float) -> float | None:

@@ -17,7 +17,6 @@ from typing import Any
 
 from bench import burst as B
 from bench.add_people import MARGINAL_TARGETS
-from bench.common import BACKEND_LABELS
 from bench.streaming_reads import CASES, HUGE_RSS_GROWTH_MB, HUGE_TIME_RATIO, RATIO_TARGET
 
 RECENT_RUNS = 5
@@ -27,8 +26,9 @@ TOKEN_WAIT_P99_TARGET_MS = 1000.0
 ADD_PEOPLE_RATIO_TARGET = MARGINAL_TARGETS["postgresql"]
 MET, MISSED, UNKNOWN = "met", "**MISSED**", "not judged"
 FIXED = ("measure", "target", "verdict")
-HEADERS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "naive": "naive (no Prefect)"}
-HEADERS |= {"replicas": BACKEND_LABELS["replicas"], "ratio": "SQLite / PostgreSQL"}
+BACKEND_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+BACKEND_LABELS["replicas"] = "PostgreSQL + Redis, 2 API replicas"
+HEADERS = BACKEND_LABELS | {"naive": "naive (no Prefect)", "ratio": "SQLite / PostgreSQL"}
 HEADERS["value"] = "median (range)"
 Row = dict[Any, Any]
 Result = dict[str, Any]

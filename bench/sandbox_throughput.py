@@ -110,7 +110,7 @@ def run(seconds: float = 5.0, concurrency: int = 32, scale: int = 1) -> dict[str
     with sandbox_process(scale=scale) as sandbox:
         url = sandbox.url
         token = _mint(url)
-        server = psutil.Process(sandbox.pid)
+        server = psutil.Process(sandbox.process.pid)
         cpu_before = server.cpu_times()
         raw = asyncio.run(_raw_load(url, token, seconds, concurrency))
         cpu_after = server.cpu_times()
