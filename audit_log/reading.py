@@ -81,6 +81,13 @@ class LogPage(Generic[E]):
     has_next_page: bool
 
 
+def _fetch(client: ComplianceClient, item: type[E]) -> Fetch[E]:
+    """The client's ``list_page`` of the event log, called as :func:`read_page` calls it."""
+    return lambda start, cursor, size: client.list_page(
+        item, start_date=start, page_cursor=cursor, page_size=size
+    )
+
+
 def iter_new_pages(
     client: ComplianceClient,
     checkpoint: EventLogCheckpoint,
@@ -93,7 +100,7 @@ def iter_new_pages(
     Each yielded checkpoint assumes the previous one was saved; if it was not (a crash), the
     next run starts again from the last saved one and the dedupe drops what is repeated.
     """
-    return _new_pages(client.list_event_logs_page, checkpoint, page_size, max_pages)
+    return _new_pages(_fetch(client, EventLogEntry), checkpoint, page_size, max_pages)
 
 
 def iter_new_logged_pages(
@@ -104,7 +111,7 @@ def iter_new_logged_pages(
     max_pages: int | None = None,
 ) -> AsyncIterator[LogPage[LoggedEvent]]:
     """:func:`iter_new_pages` of entries kept as the service sent them (only id and date read)."""
-    return _new_pages(client.list_logged_events_page, checkpoint, page_size, max_pages)
+    return _new_pages(_fetch(client, LoggedEvent), checkpoint, page_size, max_pages)
 
 
 async def _new_pages(

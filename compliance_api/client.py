@@ -70,18 +70,11 @@ from compliance_api.settings import Settings
 __all__ = ["APPROVER_ENTITLEMENT", "ClientStats", "ComplianceClient", "DEFAULT_LIMITS"]
 
 M = TypeVar("M", bound=BaseModel)
-T = TypeVar("T")
 
 #: sized for 16-32 concurrent task runs sharing one client
 DEFAULT_LIMITS = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=30)
 USER_AGENT = "compliance-flows/0.1 (+httpx)"
 
-_KB_PAGE = ListEnvelope[KnowledgeBaseResource]
-_ANSWER_PAGE = ListEnvelope[AnswerLibraryEntry]
-_EVENT_PAGE = ListEnvelope[EventLogEntry]
-_LOGGED_PAGE = ListEnvelope[LoggedEvent]
-_KB_SUMMARY_PAGE = ListEnvelope[KnowledgeBaseResourceSummary]
-_ANSWER_SUMMARY_PAGE = ListEnvelope[AnswerLibraryEntrySummary]
 _GROUP_RESULTS = ResultsEnvelope[GroupUpdateResult]
 _TAG_CATEGORIES = ResultsEnvelope[TagCategory]
 _VULNERABILITIES = ResourcesEnvelope[PackageVulnerability]
@@ -174,169 +167,59 @@ class ComplianceClient:
         return f"ComplianceClient(base_url={self._base_url!r})"
 
     # ----------------------------------------------------------------------------------------
-    # Knowledge base and answer library (paginated)
+    # Lists: knowledge base, answer library, event logs (paginated)
     # ----------------------------------------------------------------------------------------
 
-    async def list_knowledge_base_resources_page(
+    async def list_page(
         self,
-        filters: KnowledgeBaseFilter | Mapping[str, Any] | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-        page_cursor: str | None = None,
-    ) -> Page[KnowledgeBaseResource]:
-        """One page, for callers that checkpoint the cursor themselves."""
-        params = _filtered_page_params(KnowledgeBaseFilter, filters, page_size, page_cursor)
-        return await self._get_page(
-            "list_knowledge_base_resources", "/v1/knowledge-base/resources", params, _KB_PAGE
-        )
-
-    async def list_knowledge_base_summaries_page(
-        self,
-        filters: KnowledgeBaseFilter | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-        page_cursor: str | None = None,
-    ) -> Page[KnowledgeBaseResourceSummary]:
-        """:meth:`list_knowledge_base_resources_page` reading only what a report over the whole
-        list needs (``KnowledgeBaseResourceSummary``)."""
-        params = _filtered_page_params(KnowledgeBaseFilter, filters, page_size, page_cursor)
-        return await self._get_page(
-            "list_knowledge_base_resources",
-            "/v1/knowledge-base/resources",
-            params,
-            _KB_SUMMARY_PAGE,
-        )
-
-    async def iter_knowledge_base_resource_pages(
-        self,
-        filters: KnowledgeBaseFilter | Mapping[str, Any] | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-        page_cursor: str | None = None,
-    ) -> AsyncIterator[Page[KnowledgeBaseResource]]:
-        """Every page in order, one in memory at a time."""
-        flt = _filter(KnowledgeBaseFilter, filters)
-        check_page_size(page_size)
-
-        async def fetch(cursor: str | None) -> Page[KnowledgeBaseResource]:
-            return await self.list_knowledge_base_resources_page(flt, page_size, cursor)
-
-        async for page in _follow(fetch, page_cursor, "list_knowledge_base_resources"):
-            yield page
-
-    async def iter_knowledge_base_resources(
-        self,
-        filters: KnowledgeBaseFilter | Mapping[str, Any] | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-    ) -> AsyncIterator[KnowledgeBaseResource]:
-        """Every matching resource, following cursors so callers never see pages."""
-        async for page in self.iter_knowledge_base_resource_pages(filters, page_size):
-            for item in page.data:
-                yield item
-
-    async def list_answer_library_page(
-        self,
-        filters: AnswerLibraryFilter | Mapping[str, Any] | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-        page_cursor: str | None = None,
-    ) -> Page[AnswerLibraryEntry]:
-        """One page, for callers that checkpoint the cursor themselves."""
-        params = _filtered_page_params(AnswerLibraryFilter, filters, page_size, page_cursor)
-        return await self._get_page(
-            "list_answer_library", "/v1/knowledge-base/answer-library", params, _ANSWER_PAGE
-        )
-
-    async def list_answer_library_summaries_page(
-        self,
-        filters: AnswerLibraryFilter | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-        page_cursor: str | None = None,
-    ) -> Page[AnswerLibraryEntrySummary]:
-        """:meth:`list_answer_library_page` reading only what a report over the whole list needs
-        (``AnswerLibraryEntrySummary``)."""
-        params = _filtered_page_params(AnswerLibraryFilter, filters, page_size, page_cursor)
-        return await self._get_page(
-            "list_answer_library",
-            "/v1/knowledge-base/answer-library",
-            params,
-            _ANSWER_SUMMARY_PAGE,
-        )
-
-    async def iter_answer_library_pages(
-        self,
-        filters: AnswerLibraryFilter | Mapping[str, Any] | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-        page_cursor: str | None = None,
-    ) -> AsyncIterator[Page[AnswerLibraryEntry]]:
-        """Every page in order, one in memory at a time."""
-        flt = _filter(AnswerLibraryFilter, filters)
-        check_page_size(page_size)
-
-        async def fetch(cursor: str | None) -> Page[AnswerLibraryEntry]:
-            return await self.list_answer_library_page(flt, page_size, cursor)
-
-        async for page in _follow(fetch, page_cursor, "list_answer_library"):
-            yield page
-
-    async def iter_answer_library(
-        self,
-        filters: AnswerLibraryFilter | Mapping[str, Any] | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-    ) -> AsyncIterator[AnswerLibraryEntry]:
-        """Every matching answer, following cursors."""
-        async for page in self.iter_answer_library_pages(filters, page_size):
-            for item in page.data:
-                yield item
-
-    # ----------------------------------------------------------------------------------------
-    # Event logs (paginated)
-    # ----------------------------------------------------------------------------------------
-
-    async def list_event_logs_page(
-        self,
+        item: type[M],
+        *,
+        filters: KnowledgeBaseFilter | AnswerLibraryFilter | Mapping[str, Any] | None = None,
         start_date: datetime | None = None,
-        page_cursor: str | None = None,
         page_size: int = MAX_PAGE_SIZE,
-    ) -> Page[EventLogEntry]:
-        """One page; a watcher stores ``page_info.end_cursor`` to resume where it stopped."""
-        params = _event_log_params(start_date, page_cursor, page_size)
-        return await self._get_page("list_event_logs", "/v1/event-logs", params, _EVENT_PAGE)
-
-    async def list_logged_events_page(
-        self,
-        start_date: datetime | None = None,
         page_cursor: str | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-    ) -> Page[LoggedEvent]:
-        """:meth:`list_event_logs_page` with only ``id`` and ``date`` checked, the rest kept as
-        sent: for copying entries unchanged (the export)."""
-        params = _event_log_params(start_date, page_cursor, page_size)
-        return await self._get_page("list_event_logs", "/v1/event-logs", params, _LOGGED_PAGE)
+    ) -> Page[M]:
+        """One page of the list ``item`` is read from; ``page_info.end_cursor`` asks for the next.
 
-    async def iter_event_log_pages(
-        self,
-        start_date: datetime | None = None,
-        page_cursor: str | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-    ) -> AsyncIterator[Page[EventLogEntry]]:
-        """Every page from ``page_cursor`` (or the start) in order, one in memory at a time."""
-        check_page_size(page_size)
-        if start_date is not None:
-            _iso(start_date, "start_date")
-
-        async def fetch(cursor: str | None) -> Page[EventLogEntry]:
-            return await self.list_event_logs_page(start_date, cursor, page_size)
-
-        async for page in _follow(fetch, page_cursor, "list_event_logs"):
-            yield page
+        ``item`` picks the list and how much of each record is read: ``KnowledgeBaseResource``
+        or ``KnowledgeBaseResourceSummary`` (``filters``: ``KnowledgeBaseFilter`` or a dict),
+        ``AnswerLibraryEntry`` or ``AnswerLibraryEntrySummary`` (``AnswerLibraryFilter``), and
+        ``EventLogEntry`` or ``LoggedEvent`` (``start_date``). A summary reads only what a report
+        over a whole list needs; a ``LoggedEvent`` keeps the entry as sent, for copying it.
+        """
+        if item not in _LISTS:
+            raise InputError("item", item.__name__, f"must be one of {', '.join(_LIST_ITEMS)}")
+        listing, envelope = _LISTS[item]
+        params = _page_params(page_size, page_cursor) + listing.query(filters, start_date)
+        response = await self._call(listing.operation, "GET", listing.path, params=params)
+        return _parse(envelope, response, listing.operation).results
 
     async def iter_event_logs(
-        self,
-        start_date: datetime | None = None,
-        page_cursor: str | None = None,
-        page_size: int = MAX_PAGE_SIZE,
+        self, start_date: datetime | None = None, page_size: int = MAX_PAGE_SIZE
     ) -> AsyncIterator[EventLogEntry]:
-        """Every event at or after ``start_date`` (or after ``page_cursor``), oldest page first."""
-        async for page in self.iter_event_log_pages(start_date, page_cursor, page_size):
-            for item in page.data:
-                yield item
+        """Every event at or after ``start_date``, oldest page first, one page in memory.
+
+        Follows ``endCursor`` while ``hasNextPage``; a next page without a new cursor to reach
+        it raises ``APIError`` instead of looping.
+        """
+        cursor: str | None = None
+        while True:
+            page = await self.list_page(
+                EventLogEntry, start_date=start_date, page_size=page_size, page_cursor=cursor
+            )
+            for entry in page.data:
+                yield entry
+            info = page.page_info
+            if not info.has_next_page:
+                return
+            if not info.end_cursor or info.end_cursor == cursor:
+                problem = (
+                    f"the service returned the same endCursor twice ({cursor!r})"
+                    if info.end_cursor
+                    else "the service says there is a next page but sent no endCursor to reach it"
+                )
+                raise APIError(problem, operation="list_event_logs")
+            cursor = info.end_cursor
 
     # ----------------------------------------------------------------------------------------
     # Questionnaires and accounts
@@ -480,16 +363,6 @@ class ComplianceClient:
     # Transport
     # ----------------------------------------------------------------------------------------
 
-    async def _get_page(
-        self,
-        operation: str,
-        path: str,
-        params: list[tuple[str, str]],
-        envelope: type[ListEnvelope[T]],
-    ) -> Page[T]:
-        response = await self._call(operation, "GET", path, params=params)
-        return _parse(envelope, response, operation).results
-
     async def _call(
         self,
         operation: str,
@@ -582,28 +455,6 @@ def check_page_size(page_size: int, parameter: str = "page_size") -> int:
     return page_size
 
 
-def _filtered_page_params(
-    model: type[KnowledgeBaseFilter] | type[AnswerLibraryFilter],
-    filters: KnowledgeBaseFilter | AnswerLibraryFilter | Mapping[str, Any] | None,
-    page_size: int,
-    page_cursor: str | None,
-) -> list[tuple[str, str]]:
-    """A list page's query: size, cursor and the list's filters (a model or a mapping)."""
-    params = _page_params(page_size, page_cursor)
-    if filters is not None:
-        params += coerce_request(model, filters).to_params()
-    return params
-
-
-def _event_log_params(
-    start_date: datetime | None, page_cursor: str | None, page_size: int
-) -> list[tuple[str, str]]:
-    params = _page_params(page_size, page_cursor)
-    if start_date is not None:
-        params.append(("startDate", _iso(start_date, "start_date")))
-    return params
-
-
 def _page_params(page_size: int, page_cursor: str | None) -> list[tuple[str, str]]:
     params = [("pageSize", str(check_page_size(page_size)))]
     if page_cursor is not None:
@@ -650,16 +501,47 @@ def _product_context(value: ProductContext | str) -> str:
         raise InputError("product_contexts", value, f"must be one of {allowed}") from None
 
 
-F = TypeVar("F", KnowledgeBaseFilter, AnswerLibraryFilter)
+@dataclass(frozen=True)
+class _Listing:
+    """A paginated list: its operation, path, and the filter model of its query (None: the
+    event log, whose only filter is ``startDate``)."""
+
+    operation: str
+    path: str
+    filter_model: type[KnowledgeBaseFilter] | type[AnswerLibraryFilter] | None
+
+    def query(
+        self,
+        filters: KnowledgeBaseFilter | AnswerLibraryFilter | Mapping[str, Any] | None,
+        start_date: datetime | None,
+    ) -> list[tuple[str, str]]:
+        """The list's filters as query parameters, refusing the other list's kind."""
+        if self.filter_model is None:
+            if filters is not None:
+                raise InputError("filters", filters, "the event log takes start_date instead")
+            return [] if start_date is None else [("startDate", _iso(start_date, "start_date"))]
+        if start_date is not None:
+            raise InputError("start_date", start_date, f"{self.operation} takes filters instead")
+        return [] if filters is None else coerce_request(self.filter_model, filters).to_params()
 
 
-def _filter(model: type[F], filters: F | Mapping[str, Any] | None) -> F | None:
-    """Validate filters up front so a bad one fails before the first page is requested."""
-    if filters is None:
-        return None
-    result: F = coerce_request(model, filters)
-    return result
-
+_KNOWLEDGE_BASE = _Listing(
+    "list_knowledge_base_resources", "/v1/knowledge-base/resources", KnowledgeBaseFilter
+)
+_ANSWER_LIBRARY = _Listing(
+    "list_answer_library", "/v1/knowledge-base/answer-library", AnswerLibraryFilter
+)
+_EVENT_LOGS = _Listing("list_event_logs", "/v1/event-logs", None)
+#: per item model: the list it is read from and the envelope its pages are parsed with
+_LISTS: dict[type[BaseModel], tuple[_Listing, type[ListEnvelope[Any]]]] = {
+    KnowledgeBaseResource: (_KNOWLEDGE_BASE, ListEnvelope[KnowledgeBaseResource]),
+    KnowledgeBaseResourceSummary: (_KNOWLEDGE_BASE, ListEnvelope[KnowledgeBaseResourceSummary]),
+    AnswerLibraryEntry: (_ANSWER_LIBRARY, ListEnvelope[AnswerLibraryEntry]),
+    AnswerLibraryEntrySummary: (_ANSWER_LIBRARY, ListEnvelope[AnswerLibraryEntrySummary]),
+    EventLogEntry: (_EVENT_LOGS, ListEnvelope[EventLogEntry]),
+    LoggedEvent: (_EVENT_LOGS, ListEnvelope[LoggedEvent]),
+}
+_LIST_ITEMS = [model.__name__ for model in _LISTS]
 
 #: how many mismatched add-people results an error lists before summarising the rest
 _MISMATCHES_SHOWN = 5
@@ -696,26 +578,3 @@ def _parse(model: type[M], response: httpx.Response, operation: str) -> M:
         )
         message = f"unexpected response body: {problems}"
     raise APIError(message, operation=operation, status_code=response.status_code)
-
-
-async def _follow(
-    fetch: Callable[[str | None], Awaitable[Page[T]]], cursor: str | None, operation: str
-) -> AsyncIterator[Page[T]]:
-    """Request pages by ``endCursor`` until ``hasNextPage`` is false; refuse to loop forever."""
-    while True:
-        page = await fetch(cursor)
-        yield page
-        info = page.page_info
-        if not info.has_next_page:
-            return
-        if not info.end_cursor:
-            raise APIError(
-                "the service says there is a next page but sent no endCursor to reach it",
-                operation=operation,
-            )
-        if info.end_cursor == cursor:
-            raise APIError(
-                f"the service returned the same endCursor twice ({info.end_cursor!r})",
-                operation=operation,
-            )
-        cursor = info.end_cursor

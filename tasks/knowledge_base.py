@@ -18,7 +18,6 @@ from compliance_api.models import (
     AnswerLibraryFilter,
     KnowledgeBaseFilter,
     KnowledgeBaseResourceSummary,
-    Page,
 )
 from read_reports.freshness import FreshnessTally, KbItem, Reason, as_item
 from runtime.retries import API_CALL
@@ -50,12 +49,14 @@ async def scan_pages(
     """Up to ``pages`` pages from ``cursor`` of the list ``filters`` belongs to, each added to
     ``tally`` as it arrives."""
     scanned = SliceScanned()
+    kb = isinstance(filters, KnowledgeBaseFilter)
+    summary: type[KnowledgeBaseResourceSummary | AnswerLibraryEntrySummary] = (
+        KnowledgeBaseResourceSummary if kb else AnswerLibraryEntrySummary
+    )
     while scanned.pages < pages:
-        page: Page[KnowledgeBaseResourceSummary] | Page[AnswerLibraryEntrySummary]
-        if isinstance(filters, KnowledgeBaseFilter):
-            page = await client.list_knowledge_base_summaries_page(filters, page_size, cursor)
-        else:
-            page = await client.list_answer_library_summaries_page(filters, page_size, cursor)
+        page = await client.list_page(
+            summary, filters=filters, page_size=page_size, page_cursor=cursor
+        )
         for record in page.data:
             item = as_item(record)
             reasons = tally.add(item)

@@ -27,8 +27,15 @@ from compliance_api.errors import (
     TransportError,
 )
 from compliance_api.models import (
+    AnswerLibraryEntry,
+    AnswerLibraryEntrySummary,
     DocumentLinkCreate,
+    EventLogEntry,
     KnowledgeBaseFilter,
+    KnowledgeBaseResource,
+    KnowledgeBaseResourceSummary,
+    LoggedEvent,
+    Questionnaire,
     QuestionnaireStatus,
     QuestionnaireUpdate,
     TagRef,
@@ -66,6 +73,10 @@ def kb_item(index: int) -> dict[str, Any]:
     return {**samples.KB_URL, "id": f"kb-{index}"}
 
 
+def event(index: int) -> dict[str, Any]:
+    return {**samples.EVENT, "id": f"ev-{index}"}
+
+
 def error(status: int, body: Any = None, **headers: str) -> httpx.Response:
     if body is None:
         return httpx.Response(status, headers=headers)
@@ -83,14 +94,14 @@ async def test_iterator_follows_end_cursor_across_pages(
     api: FakeAPI, client: ComplianceClient
 ) -> None:
     api.reply(
-        KB,
-        samples.list_body([kb_item(1), kb_item(2)], "cursor-1", True),
-        samples.list_body([kb_item(3)], "cursor-2", True),
-        samples.list_body([kb_item(4)], None, False),
+        EVENTS,
+        samples.list_body([event(1), event(2)], "cursor-1", True),
+        samples.list_body([event(3)], "cursor-2", True),
+        samples.list_body([event(4)], None, False),
     )
-    ids = [item.id async for item in client.iter_knowledge_base_resources(page_size=2)]
-    assert ids == ["kb-1", "kb-2", "kb-3", "kb-4"]
-    calls = api.calls(KB)
+    ids = [item.id async for item in client.iter_event_logs(page_size=2)]
+    assert ids == ["ev-1", "ev-2", "ev-3", "ev-4"]
+    calls = api.calls(EVENTS)
     assert [call.param("pageCursor") for call in calls] == [[], ["cursor-1"], ["cursor-2"]]
     assert all(call.param("pageSize") == ["2"] for call in calls)
 
@@ -99,16 +110,40 @@ async def test_iterator_fetches_the_next_page_only_when_needed(
     api: FakeAPI, client: ComplianceClient
 ) -> None:
     api.reply(
-        ANSWERS,
-        samples.list_body([samples.ANSWER], "c-1", True),
-        samples.list_body([samples.ANSWER], None, False),
+        EVENTS,
+        samples.list_body([event(1)], "c-1", True),
+        samples.list_body([event(2)], None, False),
     )
-    iterator = client.iter_answer_library(page_size=1)
+    iterator = client.iter_event_logs(page_size=1)
     first = await anext(iterator)
-    assert first.id == "ans-1"
-    assert len(api.calls(ANSWERS)) == 1  # one page in memory, the next not yet requested
+    assert first.id == "ev-1"
+    assert len(api.calls(EVENTS)) == 1  # one page in memory, the next not yet requested
     rest = [item async for item in iterator]
-    assert len(rest) == 1 and len(api.calls(ANSWERS)) == 2
+    assert len(rest) == 1 and len(api.calls(EVENTS)) == 2
+
+
+@pytest.mark.parametrize(
+    ("item", "operation", "path"),
+    [
+        (KnowledgeBaseResource, KB, "/v1/knowledge-base/resources"),
+        (KnowledgeBaseResourceSummary, KB, "/v1/knowledge-base/resources"),
+        (AnswerLibraryEntry, ANSWERS, "/v1/knowledge-base/answer-library"),
+        (AnswerLibraryEntrySummary, ANSWERS, "/v1/knowledge-base/answer-library"),
+        (EventLogEntry, EVENTS, "/v1/event-logs"),
+        (LoggedEvent, EVENTS, "/v1/event-logs"),
+    ],
+)
+async def test_a_page_is_read_from_the_list_of_its_item_model(
+    api: FakeAPI, client: ComplianceClient, item: type[Any], operation: str, path: str
+) -> None:
+    record = {KB: kb_item(1), ANSWERS: samples.ANSWER, EVENTS: samples.EVENT}[operation]
+    api.reply(operation, samples.list_body([record], "next", True))
+    page = await client.list_page(item, page_size=3, page_cursor="c-1")
+    assert isinstance(page.data[0], item) and page.data[0].id == record["id"]
+    assert page.page_info.end_cursor == "next" and page.page_info.has_next_page
+    (call,) = api.calls(operation)
+    assert call.path == path
+    assert (call.param("pageSize"), call.param("pageCursor")) == (["3"], ["c-1"])
 
 
 async def test_filters_repeat_array_params_and_json_encode_tags(
@@ -121,7 +156,8 @@ async def test_filters_repeat_array_params_and_json_encode_tags(
         matches_tags=[TagRef(category_id="c1", tag_id="t1"), TagRef(category_id="c2", tag_id="t2")],
         expires_before=datetime(2026, 1, 1, tzinfo=UTC),
     )
-    assert [item async for item in client.iter_knowledge_base_resources(filters)] == []
+    page = await client.list_page(KnowledgeBaseResource, filters=filters)
+    assert page.data == []
     (call,) = api.calls(KB)
     assert call.param("typeMatchesAny") == ["FILE", "URL"]
     assert json.loads(call.param("matchesTags")[0]) == [
@@ -135,7 +171,7 @@ async def test_filters_repeat_array_params_and_json_encode_tags(
 
 async def test_filters_may_be_given_as_a_dict(api: FakeAPI, client: ComplianceClient) -> None:
     api.reply(ANSWERS, samples.list_body([samples.ANSWER], None, False))
-    page = await client.list_answer_library_page({"q": "encrypt"}, page_size=5)
+    page = await client.list_page(AnswerLibraryEntry, filters={"q": "encrypt"}, page_size=5)
     assert page.data[0].question.startswith("Do you")
     assert api.calls(ANSWERS)[0].param("q") == ["encrypt"]
 
@@ -144,21 +180,21 @@ async def test_next_page_without_cursor_is_an_error_not_a_loop(
     api: FakeAPI, client: ComplianceClient
 ) -> None:
     api.reply(
-        ANSWERS,
+        EVENTS,
         {
             "results": {
-                "data": [samples.ANSWER],
+                "data": [samples.EVENT],
                 "pageInfo": {"hasNextPage": True, "hasPreviousPage": False},
             }
         },
     )
     seen = []
     with pytest.raises(APIError, match="no endCursor") as caught:
-        async for item in client.iter_answer_library():
+        async for item in client.iter_event_logs():
             seen.append(item.id)
-    assert seen == ["ans-1"]  # the page that did arrive was delivered
-    assert caught.value.operation == "list_answer_library"
-    assert len(api.calls(ANSWERS)) == 1
+    assert seen == [samples.EVENT["id"]]  # the page that did arrive was delivered
+    assert caught.value.operation == "list_event_logs"
+    assert len(api.calls(EVENTS)) == 1
 
 
 async def test_a_repeated_cursor_is_an_error_not_a_loop(
@@ -176,14 +212,12 @@ async def test_event_logs_resume_from_a_cursor_with_start_date(
 ) -> None:
     api.reply(EVENTS, samples.list_body([samples.EVENT], "c-9", False))
     start = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-    pages = [
-        page async for page in client.iter_event_log_pages(start, page_cursor="c-8", page_size=50)
-    ]
-    assert pages[-1].page_info.end_cursor == "c-9"  # what a watcher checkpoints
+    page = await client.list_page(EventLogEntry, start_date=start, page_cursor="c-8", page_size=50)
+    assert page.page_info.end_cursor == "c-9"  # what a watcher checkpoints
     (call,) = api.calls(EVENTS)
     assert call.param("startDate") == ["2025-03-01T12:00:00.000Z"]
     assert call.param("pageCursor") == ["c-8"]
-    assert pages[0].data[0].actor.type == "USER"
+    assert page.data[0].actor.type == "USER"
 
 
 @pytest.mark.parametrize("page_size", [0, 101, -1, True, "10"])
@@ -195,15 +229,33 @@ async def test_page_size_outside_1_to_100_fails_before_any_request(
             pass
     assert caught.value.field == "page_size" and caught.value.value == page_size
     with pytest.raises(InputError):
-        await client.list_knowledge_base_resources_page(page_size=page_size)
+        await client.list_page(KnowledgeBaseResourceSummary, page_size=page_size)
     assert api.seen == []
 
 
 async def test_bad_filter_fails_before_any_request(api: FakeAPI, client: ComplianceClient) -> None:
     with pytest.raises(InputError) as caught:
-        async for _ in client.iter_knowledge_base_resources({"typeMatchesAny": ["PDF"]}):
-            pass
+        await client.list_page(KnowledgeBaseResource, filters={"typeMatchesAny": ["PDF"]})
     assert caught.value.value == "PDF"
+    assert api.seen == []
+
+
+@pytest.mark.parametrize(
+    ("item", "query", "field"),
+    [
+        (Questionnaire, {}, "item"),  # not read from a list
+        (EventLogEntry, {"filters": {"q": "x"}}, "filters"),  # the event log takes startDate
+        (KnowledgeBaseResource, {"start_date": datetime(2025, 3, 1, tzinfo=UTC)}, "start_date"),
+        (LoggedEvent, {"start_date": "yesterday"}, "start_date"),
+        (AnswerLibraryEntry, {"page_cursor": " "}, "page_cursor"),
+    ],
+)
+async def test_a_query_the_list_does_not_take_fails_before_any_request(
+    api: FakeAPI, client: ComplianceClient, item: type[Any], query: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        await client.list_page(item, **query)
+    assert caught.value.field == field
     assert api.seen == []
 
 
@@ -282,7 +334,7 @@ async def test_naive_datetimes_in_bodies_go_out_as_utc_like_query_params(
     await client.create_document_link(
         "doc-1", DocumentLinkCreate(url="https://evidence.test/b", title="B", effective_date=naive)
     )
-    await client.list_event_logs_page(start_date=naive)
+    await client.list_page(EventLogEntry, start_date=naive)
 
     patch, link, events = api.seen
     # the service's own form (every published example): UTC, milliseconds, Z
@@ -537,7 +589,7 @@ async def test_max_retries_zero_means_one_attempt(
         BASE_URL, provider, transport=api.transport(), max_retries=0
     ) as client:
         with pytest.raises(ServerError):
-            await client.list_event_logs_page()
+            await client.list_page(EventLogEntry)
     assert len(api.calls(EVENTS)) == 1
 
 
@@ -629,7 +681,7 @@ async def test_transport_error_says_whether_the_request_left(
         retry_policy=RetryPolicy(max_attempts=2, initial_wait=0),
     ) as client:
         with pytest.raises(TransportError) as caught:
-            await client.list_event_logs_page()
+            await client.list_page(EventLogEntry)
     assert caught.value.request_sent is False
     assert "connection refused" in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__context__ is None
@@ -653,7 +705,7 @@ async def test_token_provider_failures_are_not_retried_by_the_data_call(api: Fak
         BASE_URL, Failing(), transport=api.transport(), retry_policy=FAST_RETRIES
     ) as client:
         with pytest.raises(ServerError, match="token endpoint down"):
-            await client.list_event_logs_page()
+            await client.list_page(EventLogEntry)
     assert Failing.calls == 1
     assert api.seen == []
 
@@ -709,7 +761,7 @@ async def test_static_provider_gives_a_clear_401(api: FakeAPI) -> None:
     provider = StaticTokenProvider("static-secret-token")
     async with ComplianceClient(BASE_URL, provider, transport=api.transport()) as client:
         with pytest.raises(AuthenticationError) as caught:
-            await client.list_event_logs_page()
+            await client.list_page(EventLogEntry)
     assert caught.value.status_code == 401
     assert "static-secret-token" not in repr(provider)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from compliance_api.client import ComplianceClient
+from compliance_api.models import LoggedEvent
 from compliance_api.prefetch import started
 from compliance_api.providers import StaticTokenProvider
 
@@ -60,7 +61,7 @@ def server() -> Iterator[SlowServer]:
 
 async def test_the_request_is_sent_before_the_caller_goes_on(server: SlowServer) -> None:
     async with ComplianceClient(server.url, StaticTokenProvider("t")) as client:
-        pending = await started(client.list_logged_events_page())
+        pending = await started(client.list_page(LoggedEvent))
         handled_from = time.monotonic()
         # handling the current page: CPU work, during which the event loop does not turn
         time.sleep(0.3)  # noqa: ASYNC251

@@ -20,8 +20,10 @@ from compliance_api.errors import NotFoundError, PermissionDeniedError, ServerEr
 from compliance_api.models import (
     AccountTags,
     AccountUpdate,
+    AnswerLibraryEntry,
     DocumentLinkCreate,
     KnowledgeBaseFilter,
+    KnowledgeBaseResource,
     QuestionnaireStatus,
     QuestionnaireUpdate,
     TagRef,
@@ -29,6 +31,7 @@ from compliance_api.models import (
 from compliance_api.retry import RetryPolicy
 from sandbox.runner import SandboxHandle
 from tests.fixtures.fake_api import InMemoryTokenProvider
+from tests.fixtures.lists import read_all
 
 CLIENT_ID = "demo-manage"
 FAST = RetryPolicy(max_attempts=4, initial_wait=0.001, max_wait=0.005, max_retry_after=0.05)
@@ -104,10 +107,10 @@ def revoke(control: httpx.Client) -> None:
 async def test_lists_follow_every_page(
     client: ComplianceClient, control: httpx.Client, seed: dict[str, Any]
 ) -> None:
-    resources = [item async for item in client.iter_knowledge_base_resources(page_size=7)]
+    resources = await read_all(client, KnowledgeBaseResource, page_size=7)
     assert len(resources) == seed["knowledge_base_resources"]
     assert len({item.id for item in resources}) == len(resources)
-    answers = [item async for item in client.iter_answer_library(page_size=100)]
+    answers = await read_all(client, AnswerLibraryEntry, page_size=100)
     assert len(answers) == seed["answer_library_entries"]
     events = [item async for item in client.iter_event_logs(page_size=100)]
     assert len(events) == seed["event_logs"]
@@ -120,7 +123,7 @@ async def test_filters_reach_the_service(client: ComplianceClient, seed: dict[st
     detail = await client.get_tag_category(category.id)
     tag = TagRef(category_id=detail.category.id, tag_id=detail.tags[0].id)
     filters = KnowledgeBaseFilter(type_matches_any=["FILE"], matches_tags=[tag])
-    files = [item async for item in client.iter_knowledge_base_resources(filters)]
+    files = await read_all(client, KnowledgeBaseResource, filters=filters)
     assert files, "the seeded data has tagged files"
     assert all(item.type == "FILE" and tag in item.tags for item in files)
 
@@ -138,10 +141,10 @@ async def test_timestamps_the_client_sends_are_accepted_and_mean_their_instant(
     floored = [e.id async for e in client.iter_event_logs(start_date=between, page_size=100)]
     assert floored == at
 
-    resources = [item async for item in client.iter_knowledge_base_resources()]
+    resources = await read_all(client, KnowledgeBaseResource)
     stamp = sorted(item.last_updated for item in resources if item.last_updated)[0]
     exact = KnowledgeBaseFilter(last_updated_after=stamp, last_updated_before=stamp)
-    found = [item async for item in client.iter_knowledge_base_resources(exact)]
+    found = await read_all(client, KnowledgeBaseResource, filters=exact)
     assert found and {item.last_updated for item in found} == {stamp}
 
     due = datetime(2030, 1, 2, 5, 4, 5, 678901, tzinfo=timezone(timedelta(hours=2)))

@@ -13,12 +13,18 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.exceptions import ParameterTypeError
 
 from compliance_api.errors import InputError
-from compliance_api.models import AnswerLibraryFilter, KnowledgeBaseFilter
+from compliance_api.models import (
+    AnswerLibraryEntry,
+    AnswerLibraryFilter,
+    KnowledgeBaseFilter,
+    KnowledgeBaseResource,
+)
 from flows.knowledge_base import knowledge_base_freshness
 from read_reports.events import KB_EXPIRED, KB_EXPIRING_SOON
 from runtime.connection import compliance_client
 from runtime.events import deterministic_event_id
 from sandbox.runner import SandboxHandle
+from tests.fixtures.lists import read_all
 from tests.fixtures.runs import calls, no_calls, read_events
 
 pytestmark = pytest.mark.usefixtures("reads_env")
@@ -122,28 +128,24 @@ async def test_filters_reach_the_service_and_narrow_the_report(
             last_updated_after=window["last_updated_after"],
             expires_before=window["expires_before"],
         )
-        policy = [r async for r in client.iter_knowledge_base_resources(filters)]
-        answers = [
-            a
-            async for a in client.iter_answer_library(
-                AnswerLibraryFilter(
-                    q="policy",
-                    **{
-                        "last_updated_after": window["last_updated_after"],
-                        "expires_before": window["expires_before"],
-                    },
-                )
-            )
-        ]
-        tagged_answers = [
-            a
-            async for a in client.iter_answer_library(
-                AnswerLibraryFilter(matches_tags=[{"category_id": tag[0], "tag_id": tag[1]}])
-            )
-        ]
-        urls = [
-            r async for r in client.iter_knowledge_base_resources({"type_matches_any": ["URL"]})
-        ]
+        policy = await read_all(client, KnowledgeBaseResource, filters=filters)
+        answers = await read_all(
+            client,
+            AnswerLibraryEntry,
+            filters=AnswerLibraryFilter(
+                q="policy",
+                **{
+                    "last_updated_after": window["last_updated_after"],
+                    "expires_before": window["expires_before"],
+                },
+            ),
+        )
+        tagged_answers = await read_all(
+            client,
+            AnswerLibraryEntry,
+            filters=AnswerLibraryFilter(matches_tags=[{"category_id": tag[0], "tag_id": tag[1]}]),
+        )
+        urls = await read_all(client, KnowledgeBaseResource, filters={"type_matches_any": ["URL"]})
     assert 0 < report.scanned["knowledge_base_resource"] == len(policy) < 300
     assert report.scanned.get("answer_library_entry", 0) == len(answers)
     assert report.filters["types"] == ["URL", "FILE"]
