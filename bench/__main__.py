@@ -1,18 +1,11 @@
-"""``make bench``: every benchmark against its plain baseline, in the same run.
+"""``make bench``: every benchmark against its plain baseline, in the same run; each run is
+appended to bench/runs.json and bench/RESULTS.md generated from it (bench/report.py).
 
-Each run is appended to bench/runs.json; bench/RESULTS.md is generated from it (bench/report.py).
-
-    uv run --no-sync python -m bench [--quick] [--only add_people token_contention ...]
-        [--repeats N] [--render-only]
-
-Benchmarks (each module's docstring says how): add_people, token_contention, streaming_reads,
-demo_cold_start, burst.
+    uv run --no-sync python -m bench [--quick] [--only NAME ...] [--repeats N] [--render-only]
 
 PostgreSQL: the machine's (PGHOST, PGPORT, PGUSER, PGPASSWORD; default postgres@127.0.0.1:5432),
-a fresh database per benchmark, dropped after. Redis: the machine's (REDIS_URL; default
-redis://127.0.0.1:6379), an empty numbered database, emptied after. ``--quick`` runs small sizes
-(a smoke test of the runner, minutes instead of half an hour on 2 cores): its runs are recorded
-as quick and shown only while a benchmark has no full run.
+a fresh database per benchmark; Redis: the machine's (REDIS_URL), an empty numbered database.
+``--quick``: small sizes, a smoke test, recorded as quick.
 """
 
 from __future__ import annotations
@@ -33,8 +26,7 @@ from bench import report
 from bench.common import BACKENDS, REPO, machine, use_bytecode_cache
 
 BENCHMARKS = ("add_people", "token_contention", "streaming_reads", "demo_cold_start", "burst")
-#: the marginal ratio is a difference of medians of wall times that vary by +-0.5 s from run to
-#: run on a shared 2-core machine: a single repeat can move it by 0.05 either side of a 1.15 target
+#: one repeat can move the marginal ratio by 0.05 either side of its target (docs/performance.md)
 ADD_PEOPLE_REPEATS = 5
 
 
@@ -47,10 +39,11 @@ def _module(name: str, args: list[str], timeout: float) -> dict[str, Any]:
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )
     lines = [line.strip() for line in done.stdout.splitlines()]
+    rows = [json.loads(line) for line in lines if line.startswith("{") and line.endswith("}")]
     return {
         "command": f"python -m bench.{name} {' '.join(args)}".strip(),
         "returncode": done.returncode,
-        "rows": [json.loads(line) for line in lines if line.startswith("{") and line.endswith("}")],
+        "rows": rows,
         "stderr": done.stderr[-3000:] if done.returncode else "",
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
@@ -98,12 +91,9 @@ def bench_burst(quick: bool, repeats: int | None) -> dict[str, Any]:
     return burst.run(sizes=[min(burst.SIZES)] if quick else list(burst.SIZES))
 
 
+#: per benchmark, ``bench_NAME(quick, repeats)``
 RUNNERS: dict[str, Callable[[bool, int | None], dict[str, Any]]] = {
-    "add_people": bench_add_people,
-    "token_contention": bench_token_contention,
-    "streaming_reads": bench_streaming_reads,
-    "demo_cold_start": bench_demo_cold_start,
-    "burst": bench_burst,
+    name: globals()[f"bench_{name}"] for name in BENCHMARKS
 }
 
 
@@ -111,9 +101,8 @@ def _commit() -> str | None:
     """The checked-out commit (the code measured, bar uncommitted changes)."""
     command = ["git", "rev-parse", "--short=12", "HEAD"]
     with contextlib.suppress(OSError):
-        return (
-            subprocess.run(command, cwd=REPO, capture_output=True, text=True).stdout.strip() or None
-        )
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+        return done.stdout.strip() or None
     return None
 
 
@@ -126,12 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     parser.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=None,
-        help=f"repeats of add_people (default {ADD_PEOPLE_REPEATS}), streaming_reads and demo",
-    )
+    repeats = f"repeats of add_people (default {ADD_PEOPLE_REPEATS}), streaming_reads and demo"
+    parser.add_argument("--repeats", type=int, default=None, help=repeats)
     parser.add_argument("--runs", default=str(REPO / "bench" / "runs.json"), help="appended to")
     parser.add_argument("--output", default=str(REPO / "bench" / "RESULTS.md"))
     parser.add_argument("--render-only", action="store_true", help="only rewrite --output")

@@ -1,19 +1,13 @@
 """Time and memory of the read flows at 10,000, 100,000 and 1,000,000 items, against a plain
-httpx loop.
+httpx loop over the same pages (``httpx-events``, ``httpx-kb``: keeping nothing).
 
     uv run --no-sync python -m bench.streaming_reads [--small 20 --large 200 --huge 2000]
         [--repeats 5]
 
-Per sandbox (``--scale 20``: 10,000 audit entries and knowledge-base items; 200: 100,000) and
-one Prefect test server, each case runs in a fresh child process, so one case's memory
-high-water mark cannot hide another's: ``export`` (the event-log export flow writing JSON
-Lines), ``freshness`` (the knowledge-base freshness flow, events off) and their baselines
-``httpx-events`` and ``httpx-kb`` (a plain httpx loop over the same pages, keeping nothing).
-Printed per run, as a JSON line: items, seconds, API calls (from the sandbox's stats) and the
-growth of peak RSS over the child's RSS just before the run (imports and a warm-up run paid).
-``--repeats`` runs of each small and large case, each flow right after its baseline (this
-machine's run-to-run noise is tens of percent); with ``--huge`` the export and its baseline also
-run once over 1,000,000 entries (a sandbox of about 4 GB).
+A fresh child process per case (``export``: the event-log export; ``freshness``: the
+knowledge-base freshness report, events off), each flow right after its baseline; a JSON line
+per run: items, seconds, API calls and the growth of peak RSS over the RSS just before the run.
+``--huge``: the export and its baseline once over 1,000,000 entries (a sandbox of about 4 GB).
 """
 
 from __future__ import annotations
@@ -28,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,35 +49,26 @@ HUGE_TIME_RATIO = 11.0
 
 
 # --------------------------------------------------------------------------- measuring
-class PeakRSS:
-    """Samples this process's RSS every few milliseconds in a thread; keeps the peak."""
+def rss_growth_mb(run: Callable[[], int]) -> tuple[int, float]:
+    """``run()`` and the growth of this process's peak RSS meanwhile, sampled every 5 ms."""
+    process, stop = psutil.Process(), threading.Event()
+    gc.collect()
+    start = peak = process.memory_info().rss
 
-    def __init__(self, interval: float = 0.005) -> None:
-        self.process = psutil.Process()
-        self.interval = interval
-        self.start = self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, process.memory_info().rss)
+            time.sleep(0.005)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.process.memory_info().rss)
-            time.sleep(self.interval)
-
-    def __enter__(self) -> PeakRSS:
-        gc.collect()
-        self.start = self.peak = self.process.memory_info().rss
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.process.memory_info().rss)
-
-    @property
-    def growth_mb(self) -> float:
-        return (self.peak - self.start) / 2**20
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        result = run()
+    finally:
+        stop.set()
+        thread.join()
+    return result, (max(peak, process.memory_info().rss) - start) / 2**20
 
 
 # --------------------------------------------------------------------------- child cases
@@ -142,47 +128,31 @@ def child(case: str, base_url: str, size: int) -> None:
     else:
         asyncio.run(_httpx_pages(base_url, "/v1/event-logs", 1))
     started = time.perf_counter()
-    with PeakRSS() as rss:
-        items = asyncio.run(_run_case(case, base_url, size, workdir))
+    items, growth = rss_growth_mb(lambda: asyncio.run(_run_case(case, base_url, size, workdir)))
     elapsed = time.perf_counter() - started
-    print(json.dumps({"items": items, "seconds": elapsed, "rss_growth_mb": rss.growth_mb}))
+    print(json.dumps({"items": items, "seconds": elapsed, "rss_growth_mb": growth}))
 
 
 # --------------------------------------------------------------------------- orchestration
-def _calls(url: str) -> dict[str, int]:
-    return httpx.get(f"{url}/_sandbox/stats", timeout=30).json()["route_counts"]
-
-
-def _measure(case: str, url: str, size: int, env: dict[str, str]) -> dict[str, Any]:
-    httpx.post(f"{url}/_sandbox/reset", timeout=60)
-    before = _calls(url)
-    output = subprocess.run(
-        [sys.executable, "-m", "bench.streaming_reads", "child", case, url, str(size)],
-        env={**env, "COMPLIANCE_BASE_URL": url},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def _measure(case: str, sandbox: Any, size: int, env: dict[str, str]) -> dict[str, Any]:
+    sandbox.control.reset()
+    before = sandbox.control.stats()["route_counts"]
+    command = [sys.executable, "-m", "bench.streaming_reads", "child", case, sandbox.url, str(size)]
+    env = env | {"COMPLIANCE_BASE_URL": sandbox.url}
+    output = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if output.returncode != 0:
         raise RuntimeError(f"{case} {size} failed:\n{output.stderr[-3000:]}")
     result = json.loads(output.stdout.strip().splitlines()[-1])
-    after = _calls(url)
-    data_calls = sum(
-        n - before.get(route, 0) for route, n in after.items() if route.startswith("GET /v1/")
-    )
-    return {"case": case, "size": size, **result, "api_calls": data_calls}
+    after = sandbox.control.stats()["route_counts"]
+    calls = sum(n - before.get(r, 0) for r, n in after.items() if r.startswith("GET /v1/"))
+    return {"case": case, "size": size, **result, "api_calls": calls}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", type=int, default=20, help="sandbox scale of the small case")
-    parser.add_argument("--large", type=int, default=200, help="sandbox scale of the large case")
-    parser.add_argument(
-        "--huge", type=int, default=0, help="sandbox scale of the export's huge case (0: none)"
-    )
-    parser.add_argument(
-        "--repeats", type=int, default=5, help="runs of each small and large case (huge: one)"
-    )
+    # --small, --large, --huge: sandbox scales (x 500 items; 0: none); --repeats: but huge once
+    for name, default in (("--small", 20), ("--large", 200), ("--huge", 0), ("--repeats", 5)):
+        parser.add_argument(name, type=int, default=default)
     args = parser.parse_args(argv)
 
     from cryptography.fernet import Fernet
@@ -211,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
             with sandbox_process(scale=scale) as sandbox:  # one at a time: the huge one is big
                 for _ in range(repeats):  # each flow right after its baseline: same conditions
                     for case in cases:
-                        rows.append(_measure(case, sandbox.url, scale * 500, env))
+                        rows.append(_measure(case, sandbox, scale * 500, env))
                         print(json.dumps(rows[-1]), flush=True)
     from bench.report import aggregate, markdown, streaming_rows
 
