@@ -1,35 +1,40 @@
 """The token broker: one shared token per customer key, for every caller of every process.
 
-The mint path is ``read the store -> lock -> re-read the store -> (still needed?) rate-limit
-slot -> token endpoint -> persist encrypted -> release``. Re-reading under the lock is what turns
-forty simultaneous requests into one mint; the compare-and-swap in ``replace_token`` is what
-keeps a 401 from becoming a stampede: only the exact token that failed is ever replaced.
+A token is found in the first of these places that has a usable one (not the token a 401
+rejected, and not within the renewal margin of its expiry):
 
-Reading is never what the lock is for: a caller first reads the store without it and adopts a
-usable record that is not the rejected one, and a caller that has to wait for the lock waits
-in short slices (``BrokerPolicy.lock_poll_seconds``), reading the store again after each, so it
-adopts the token the moment the holder has stored it instead of queueing behind every other
-waiter for a lock it no longer needs. Only a caller that finds nothing usable *under* the lock
-mints. Within a process, the callers of one event loop leave all this to one of them and wait
-for it together: they all wake the moment it has the token.
+1. **Memory**: the broker's current token. No I/O.
+2. **The store, without a lock**: one caller per broker renews for the whole process (every
+   task, thread and event loop); the others wait for it and take its token. It first reads the
+   store, so a token another process stored is adopted without a turn at the lock.
+3. **The store under the cross-process lock**: the renewer asks the backend's lock for the
+   customer key in slices of ``lock_poll_seconds`` and reads the store between slices, adopting
+   the token the moment the holder has stored it (if the lock's backend said when to ask again,
+   the Prefect server's Retry-After, it is not asked before then). Under the lock it reads the
+   store once more; only if that finds nothing usable does it take a rate-limit slot, call the
+   token endpoint (429: wait its Retry-After; 5xx: back off) and persist the encrypted record
+   before releasing the lock.
 
-``connect`` (authorization code) runs against a deadline: a code lives 30 s after its
-redirect, so every wait on that path (locks, rate-limit slot, 429 Retry-After, backoff) is
-bounded by the time left, and a wait that would pass it fails at once instead.
+``replace_token(failed)`` is the compare-and-swap that keeps a 401 from becoming a stampede:
+the failed token is never adopted again, any other usable one is, so twenty callers that see
+the same 401 cost one mint. ``connect`` (authorization code) and ``disconnect`` hold the same
+lock for the whole operation; ``connect`` runs against a deadline: a code lives 30 s after its
+redirect, so every wait on that path (the lock, the rate-limit slot, a 429's Retry-After, a
+backoff) is bounded by the time left, and a wait that would pass it fails at once instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import TypeGuard, TypeVar
 
 from tenacity import (
     AsyncRetrying,
@@ -78,7 +83,7 @@ class BrokerPolicy:
 
     renewal_margin: timedelta | None = None  # None: COMPLIANCE_TOKEN_RENEWAL_MARGIN_SECONDS
     lock_timeout_seconds: float = 180.0
-    #: a waiter for the lock reads the store again this often (and then asks for the lock again)
+    #: the renewer asks for the lock in slices this long, reading the store before each
     lock_poll_seconds: float = 0.25
     token_call_attempts: int = 6
     retry_initial_seconds: float = 1.0
@@ -125,33 +130,19 @@ class TokenBroker:
         self._secret_fingerprint = secret_fingerprint(settings.client_secret)
         self._clock = clock
         self._current: AccessToken | None = None
-        self._loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
-        #: per event loop, the renewal under way: its other callers wait for it to finish
-        self._renewals: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Future[None]
-        ] = weakref.WeakKeyDictionary()
-        self._loop_locks_guard = threading.Lock()
+        #: the renewal under way in this process (any thread or event loop); done when it ends
+        self._renewal: concurrent.futures.Future[None] | None = None
+        self._guard = threading.Lock()
 
     # -- TokenProvider -------------------------------------------------------------------------
 
     async def get_token(self) -> AccessToken:
-        current = self._current
-        if current is not None and self._fresh(current):
-            return current
-        return await self._renew(rejected=None)
+        return await self._token(rejected=None)
 
     async def replace_token(self, failed: AccessToken) -> AccessToken:
-        current = self._current
-        if (
-            current is not None
-            and current.fingerprint != failed.fingerprint
-            and self._fresh(current)
-        ):
-            return current
-        logger.info("token %s was refused; replacing it", failed.fingerprint)
-        return await self._renew(rejected=failed.fingerprint)
+        if not self._usable(self._current, failed.fingerprint):
+            logger.info("token %s was refused; replacing it", failed.fingerprint)
+        return await self._token(rejected=failed.fingerprint)
 
     # -- public integrations -------------------------------------------------------------------
 
@@ -207,97 +198,80 @@ class TokenBroker:
 
     # -- the mint path -------------------------------------------------------------------------
 
-    def _fresh(self, token: AccessToken) -> bool:
+    def _usable(self, token: AccessToken | None, rejected: str | None) -> TypeGuard[AccessToken]:
+        """Not the token a 401 rejected, and not within the renewal margin of its expiry."""
+        if token is None or token.fingerprint == rejected:
+            return False
         return not token.expires_within(self.renewal_margin, now=self._clock())
 
-    async def _renew(self, *, rejected: str | None) -> AccessToken:
-        """One renewal per event loop at a time; the loop's other callers wait for it together.
-
-        They all wake the moment it ends (a queue on a lock would hand over one loop turn after
-        another, and on a busy loop each turn can take a good part of a second), then use its
-        token, or, if it failed or found only the token they reject, one of them renews next.
-        """
-        loop = asyncio.get_running_loop()
+    async def _token(self, rejected: str | None) -> AccessToken:
+        """The current token if usable; else this caller renews, or waits for the renewal under
+        way and looks again (if that renewal failed, one of its waiters renews next)."""
         while True:
-            current = self._current
-            if current is not None and current.fingerprint != rejected and self._fresh(current):
-                return current  # another task of this loop renewed while this one waited
-            with self._loop_locks_guard:
-                renewing = self._renewals.get(loop)
-                if renewing is None:
-                    renewing = self._renewals[loop] = loop.create_future()
-                    break
-            await asyncio.wait([renewing])  # never cancels the renewal of the one it waits for
-        try:
-            async with self._loop_lock():  # connect or disconnect of this loop may be under way
+            with self._guard:
                 current = self._current
-                if current is not None and current.fingerprint != rejected and self._fresh(current):
+                if self._usable(current, rejected):
                     return current
-                # Another process may have stored a usable token already: read it, no lock.
-                adopted = await self._adopt_stored(rejected)
-                if adopted is not None:
-                    return adopted
-                return await self._renew_under_lock(rejected)
+                renewal = self._renewal
+                if renewal is None:
+                    renewal = self._renewal = concurrent.futures.Future()
+                    break
+            await asyncio.wait([asyncio.wrap_future(renewal)])  # a waiter never cancels it
+        try:
+            token = await self._renew(rejected)
+            self._current = token
+            return token
         finally:
-            with self._loop_locks_guard:
-                self._renewals.pop(loop, None)
-            renewing.set_result(None)
+            with self._guard:
+                self._renewal = None
+            renewal.set_result(None)
 
-    async def _renew_under_lock(self, rejected: str | None) -> AccessToken:
-        """Mint under the cross-process lock, unless the store has a usable token by then.
+    async def _renew(self, rejected: str | None) -> AccessToken:
+        """A usable stored token, else a new one minted under the cross-process lock.
 
-        The lock is asked for in slices of ``lock_poll_seconds``; after each slice that did not
-        get it, the store is read again: while another process mints, its waiters adopt the
-        token as soon as it is stored, instead of taking the lock one after the other only to
-        read it. The wait as a whole is still bounded by ``lock_timeout_seconds``.
+        The lock is asked for in slices of ``lock_poll_seconds``, and the store is read before
+        each: while another process mints, this one adopts the token as soon as it is stored
+        instead of queueing for a lock it no longer needs. A backend that says when to ask again
+        (``TokenLockTimeoutError.retry_after``) is not asked sooner. Only the read under the
+        lock may lead to a mint. The whole wait is bounded by ``lock_timeout_seconds``.
         """
-        limit = self.policy.lock_timeout_seconds
+        limit, poll = self.policy.lock_timeout_seconds, self.policy.lock_poll_seconds
         deadline = time.monotonic() + limit
+        ask_at, last_refusal = 0.0, "the lock was not asked for"
         while True:
-            remaining = max(0.0, deadline - time.monotonic())
-            last_slice = remaining <= self.policy.lock_poll_seconds
-            acquired = False
-            try:
-                async with self.lock.hold(
-                    self.key, wait_seconds=min(remaining, self.policy.lock_poll_seconds)
-                ):
-                    acquired = True
-                    record = await self._load()
-                    if record is not None and self._adoptable(record, rejected):
-                        self._current = record.token
+            stored = await self._load_usable(rejected)
+            if stored is not None:
+                return stored.token
+            now = time.monotonic()
+            slice_end = min(now + poll, deadline)
+            await asyncio.sleep(max(0.0, min(ask_at, slice_end) - now))  # the backend's Retry-After
+            if ask_at < slice_end:
+                async with AsyncExitStack() as held:
+                    try:
+                        wait = max(0.0, slice_end - time.monotonic())
+                        await held.enter_async_context(self.lock.hold(self.key, wait_seconds=wait))
+                    except TokenLockTimeoutError as refusal:
+                        ask_at = time.monotonic() + (refusal.retry_after or 0.0)
+                        last_refusal = str(refusal)
+                    else:
+                        record = await self._load()
+                        if record is None or not self._usable(record.token, rejected):
+                            record = await self._obtain(record)
                         return record.token
-                    record = await self._obtain(record)
-                    self._current = record.token
-                    return record.token
-            except TokenLockTimeoutError as exc:
-                if acquired:
-                    raise  # not the lock's wait: something under the lock
-                if last_slice:
-                    raise TokenLockTimeoutError(
-                        f"waited {limit:g} s for the token lock of {self.key.describe()}, and "
-                        f"no usable token was stored meanwhile (the last try: {exc})"
-                    ) from None
-            adopted = await self._adopt_stored(rejected)
-            if adopted is not None:
-                return adopted
+            if slice_end >= deadline:
+                raise TokenLockTimeoutError(
+                    f"waited {limit:g} s for the token lock of {self.key.describe()}, and no "
+                    f"usable token was stored meanwhile (the last try: {last_refusal})"
+                )
 
-    async def _adopt_stored(self, rejected: str | None) -> AccessToken | None:
-        """The stored token, made current, if it is usable and not ``rejected``; read without
-        the lock. A store that cannot be read now counts as empty: the read under the lock
-        (before any mint) is the one whose errors are raised."""
+    async def _load_usable(self, rejected: str | None) -> TokenRecord | None:
+        """The stored record if its token is usable; read without the lock. A store that cannot
+        be read now counts as empty: the read under the lock (before any mint) raises."""
         try:
             record = await self._load(quiet=True)
         except TokenStoreError:
             return None
-        if record is None or not self._adoptable(record, rejected):
-            return None
-        self._current = record.token
-        return record.token
-
-    def _adoptable(self, record: TokenRecord, rejected: str | None) -> bool:
-        if record.token.fingerprint == rejected:
-            return False
-        return record.usable(self.renewal_margin, self._clock())
+        return record if record is not None and self._usable(record.token, rejected) else None
 
     async def _obtain(self, stored: TokenRecord | None) -> TokenRecord:
         if not self._public:
@@ -424,46 +398,10 @@ class TokenBroker:
         except TokenRateLimitWaitError as exc:
             raise deadline.missed(str(exc)) from None
 
-    # -- locking -------------------------------------------------------------------------------
-
-    def _loop_lock(self) -> asyncio.Lock:
-        """One holder per event loop of the cross-process lock: a renewal, connect or
-        disconnect; so only one task per loop polls the file lock."""
-        loop = asyncio.get_running_loop()
-        with self._loop_locks_guard:
-            lock = self._loop_locks.get(loop)
-            if lock is None:
-                lock = self._loop_locks[loop] = asyncio.Lock()
-            return lock
-
     @asynccontextmanager
     async def _exclusive(self, deadline: CodeExchangeDeadline | None = None) -> AsyncIterator[None]:
-        """Both locks, for operations (connect, disconnect) that rewrite the record outright;
-        with a ``deadline``, neither is waited for past it."""
-        async with self._held_loop_lock(deadline), self._held_token_lock(deadline):
-            yield
-
-    @asynccontextmanager
-    async def _held_loop_lock(self, deadline: CodeExchangeDeadline | None) -> AsyncIterator[None]:
-        """This event loop's lock; with a ``deadline``, waited for only until it."""
-        lock = self._loop_lock()
-        if deadline is None:
-            async with lock:
-                yield
-            return
-        try:
-            await asyncio.wait_for(lock.acquire(), timeout=max(0.0, deadline.remaining()))
-        except TimeoutError:
-            raise deadline.missed("another task of this process holds the token lock") from None
-        try:
-            yield
-        finally:
-            lock.release()
-
-    @asynccontextmanager
-    async def _held_token_lock(self, deadline: CodeExchangeDeadline | None) -> AsyncIterator[None]:
-        """The cross-process lock of this key; a wait cut short by the ``deadline`` raises
-        ``CodeExchangeDeadlineError`` rather than ``TokenLockTimeoutError``."""
+        """The cross-process lock, for operations (connect, disconnect) that rewrite the record
+        outright; a wait cut short by the ``deadline`` raises ``CodeExchangeDeadlineError``."""
         limit = self.policy.lock_timeout_seconds
         wait = limit if deadline is None else min(limit, max(0.0, deadline.remaining()))
         async with AsyncExitStack() as stack:

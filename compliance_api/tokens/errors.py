@@ -6,7 +6,14 @@ from compliance_api.errors import ComplianceError
 
 
 class TokenLockTimeoutError(ComplianceError):
-    """The shared token lock was not obtained in time; the message says who holds it."""
+    """The shared token lock was not obtained in time; the message says who holds it.
+
+    ``retry_after``: seconds before the lock's backend wants to be asked again, if it said.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class TokenRateLimitWaitError(ComplianceError):

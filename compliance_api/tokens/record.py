@@ -7,8 +7,8 @@ rest by construction and keyed per customer by ``CustomerKey``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from cryptography.fernet import InvalidToken, MultiFernet
 from pydantic import SecretStr
@@ -35,13 +35,6 @@ class TokenRecord:
     @property
     def token(self) -> AccessToken:
         return AccessToken(value=self.access_token, expires_at=self.expires_at)
-
-    def usable(self, margin: timedelta, now: datetime) -> bool:
-        return not self.token.expires_within(margin, now=now)
-
-    def expired(self) -> TokenRecord:
-        """The same grant with its access token marked unusable (the refresh token is kept)."""
-        return replace(self, expires_at=self.minted_at)
 
 
 def _secret(value: SecretStr | None) -> str | None:
