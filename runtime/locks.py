@@ -12,8 +12,9 @@ but the Prefect API:
 - a waiter asks again when the server's ``Retry-After`` says (about the limit's average hold),
   not on a fixed poll. Waiting is a series of single requests, none cut short when the wait
   ends (a request cancelled in flight could have been granted all the same, leaving the slot
-  taken until its lease ran out), and the process remembers when the server asked it to come
-  back: a wait of a fraction of a second is safe, and makes a request only when one is due.
+  taken until its lease ran out); a wait that ends first says in ``LockTimeoutError.retry_after``
+  how much of the last Retry-After was left, for a caller that waits in slices (the token
+  broker) to honour.
 
 Leases live in the server's lease storage. Prefect keeps them in memory unless told otherwise,
 and a restart would then forget a lease while its slot stays taken: the project's servers use
@@ -28,7 +29,6 @@ import asyncio
 import contextlib
 import hashlib
 import re
-import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,7 +38,6 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError, concurrency
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-from prefect.settings import get_current_settings
 
 #: seconds a holder's lease lasts without renewal (Prefect's minimum is 60)
 LEASE_SECONDS = 60.0
@@ -48,13 +47,14 @@ _NOT_IN_LIMIT_NAMES = re.compile(r"[^a-z0-9_-]+")
 #: seconds to wait after a refusal whose Retry-After cannot be read
 DEFAULT_RETRY_SECONDS = 1.0
 
-#: per (Prefect API, limit): when the server's last refusal said to ask again (monotonic time)
-_not_before: dict[tuple[str | None, str], float] = {}
-_not_before_guard = threading.Lock()
-
 
 class LockTimeoutError(TimeoutError):
-    """Another holder kept the lock for the whole wait."""
+    """Another holder kept the lock for the whole wait; ``retry_after``: the seconds still
+    left of the server's last Retry-After."""
+
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 def limit_name(name: str) -> str:
@@ -106,40 +106,20 @@ def _missing_limit(error: ConcurrencySlotAcquisitionError) -> bool:
     return "must be created" in str(error)
 
 
-def _next_request(limit: str) -> tuple[tuple[str | None, str], float]:
-    """The key of ``limit``'s entry in ``_not_before`` and the time it holds (0: none)."""
-    key = (get_current_settings().api.url, limit)
-    with _not_before_guard:
-        return key, _not_before.get(key, 0.0)
-
-
 @asynccontextmanager
 async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterator[None]:
     """Hold the lock ``name`` for the body; ``LockTimeoutError`` naming ``what`` if another
     holder keeps it for ``wait_seconds``.
 
-    The slot is asked for with single requests, none cut short: at once, unless the server's
-    last refusal (to any waiter of this process) asked to wait longer, then each time the
-    refusal's Retry-After has passed, until the wait is over. A short wait therefore makes a
-    request only when one is due, and a caller may wait in short slices, doing other things in
-    between, without asking the server any more often. The limit is created when the server
-    says it does not exist. A ``TimeoutError`` raised by the body itself passes through
+    The slot is asked for with single requests, none cut short: at once, then each time the
+    last refusal's Retry-After has passed, until the wait is over. The limit is created when the
+    server says it does not exist. A ``TimeoutError`` raised by the body itself passes through
     unchanged.
     """
     limit = limit_name(name)
     created = False
     deadline = time.monotonic() + wait_seconds
     while True:
-        key, not_before = _next_request(limit)
-        delay = not_before - time.monotonic()
-        if delay > 0:
-            remaining = deadline - time.monotonic()
-            await asyncio.sleep(max(0.0, min(delay, remaining)))
-            if delay > remaining:
-                raise LockTimeoutError(
-                    f"waited {wait_seconds:g} s for {what} (Prefect global concurrency limit "
-                    f"{limit}); another run holds it"
-                )
         acquired = False
         try:
             async with concurrency(
@@ -151,11 +131,7 @@ async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterat
                 raise_on_lease_renewal_failure=True,
             ):
                 acquired = True
-                try:
-                    yield
-                finally:  # the slot is free again: this process's next request need not wait
-                    with _not_before_guard:
-                        _not_before.pop(key, None)
+                yield
             return
         except ConcurrencySlotAcquisitionError as exc:
             if acquired:
@@ -167,5 +143,11 @@ async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterat
             retry_after = _refusal_retry_after(exc)
             if retry_after is None:
                 raise
-        with _not_before_guard:
-            _not_before[key] = time.monotonic() + retry_after
+        remaining = deadline - time.monotonic()
+        await asyncio.sleep(max(0.0, min(retry_after, remaining)))
+        if retry_after > remaining:
+            raise LockTimeoutError(
+                f"waited {wait_seconds:g} s for {what} (Prefect global concurrency limit "
+                f"{limit}); another run holds it",
+                retry_after - max(0.0, remaining),
+            )

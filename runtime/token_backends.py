@@ -129,7 +129,8 @@ class PrefectVariableTokenStore:
 
 
 class PrefectTokenLock:
-    """The token lock per customer key, held across machines (``runtime/locks.py``)."""
+    """The token lock per customer key, held across machines (``runtime/locks.py``); a wait
+    that ends first carries the server's Retry-After, which the broker honours."""
 
     @asynccontextmanager
     async def hold(self, key: CustomerKey, *, wait_seconds: float) -> AsyncIterator[None]:
@@ -141,4 +142,4 @@ class PrefectTokenLock:
             ):
                 yield
         except LockTimeoutError as exc:
-            raise TokenLockTimeoutError(str(exc)) from None
+            raise TokenLockTimeoutError(str(exc), retry_after=exc.retry_after) from None

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 from prefect.client.orchestration import get_client
 
+from compliance_api.tokens import (
+    BrokerPolicy,
+    CustomerKey,
+    LocalFileTokenStore,
+    TokenLockTimeoutError,
+)
 from runtime.locks import LOCK_PREFIX, LockTimeoutError, hold_lock, limit_name
+from runtime.token_backends import TOKEN_LOCK_PREFIX, PrefectTokenLock
+from tests.fixtures.tokens import make_broker, mints
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -65,9 +73,12 @@ async def test_a_timeout_raised_inside_the_body_is_not_taken_for_a_busy_lock() -
         pass  # and the lock was released
 
 
-async def test_short_waits_ask_the_server_only_when_due_and_leave_no_slot_taken(
-    monkeypatch: pytest.MonkeyPatch,
+async def test_a_broker_waiting_in_slices_asks_the_server_only_when_due(
+    make_settings: Any, sandbox_reset: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The token broker waits for the lock in short slices and reads the store before each, but
+    asks the server for the slot only when the last refusal's Retry-After (about the limit's
+    average hold, seconds) has passed; and its refused requests leave no slot taken."""
     import runtime.locks
 
     requests = 0
@@ -78,17 +89,26 @@ async def test_short_waits_ask_the_server_only_when_due_and_leave_no_slot_taken(
         requests += 1
         return original(*args, **kwargs)
 
-    name = f"test-{uuid.uuid4().hex[:8]}"
-    async with hold_lock(name, wait_seconds=5, what="the test lock"):
+    class CountingStore(LocalFileTokenStore):
+        reads = 0
+
+        async def read(self, key: CustomerKey) -> bytes | None:
+            self.reads += 1
+            return await super().read(key)
+
+    settings = make_settings()
+    store = CountingStore(settings.state_dir / "tokens")
+    policy = BrokerPolicy(lock_timeout_seconds=1.5, lock_poll_seconds=0.05)
+    broker = make_broker(settings, store=store, lock=PrefectTokenLock(), policy=policy)
+    name = TOKEN_LOCK_PREFIX + broker.key.slug
+    async with hold_lock(name, wait_seconds=5, what="the test lock"):  # another machine mints
         monkeypatch.setattr(runtime.locks, "concurrency", counting)
-        for _ in range(10):  # a caller waiting in slices, as the token broker does
-            with pytest.raises(LockTimeoutError):
-                async with hold_lock(name, wait_seconds=0.05, what="the test lock"):
-                    pass
-        # the first refusal's Retry-After (about the limit's average hold, seconds) is honoured
-        assert 1 <= requests < 10
+        with pytest.raises(TokenLockTimeoutError, match="1.5 s"):
+            await broker.get_token()
+        assert 1 <= requests < store.reads  # every slice read the store; few asked the server
     async with hold_lock(name, wait_seconds=0, what="the test lock"):
-        pass  # at once: no slot was left taken, and the release cleared the Retry-After
+        pass  # at once: no slot was left taken
     async with get_client() as client:
         limit = await client.read_global_concurrency_limit_by_name(limit_name(name))
     assert limit.active_slots == 0
+    assert mints(sandbox_reset, "demo-manage") == 0
