@@ -1,8 +1,9 @@
 """How every task gets a client: ``async with compliance_client() as client:``.
 
-The client is wired to the process-wide token broker, so all tasks, flow runs and threads of a
-process share one cached token, and all processes share one stored token (see
-``runtime/token_backends.py`` for the rule that picks the backends).
+The client is wired to the process's token broker for the run's customer key
+(``shared_broker``), so all tasks, flow runs and threads of a process share one token in memory
+and one renewal at a time, and all processes share one stored token
+(``compliance_api/tokens/broker.py``, docs/shared-token.md).
 
 Backend rule:
 - rate limiter: the Prefect global concurrency limit when a Prefect API is configured
@@ -29,17 +30,12 @@ import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Literal
 
 from prefect.settings import get_current_settings
 
 from compliance_api.client import ComplianceClient
 from compliance_api.settings import Settings
-from compliance_api.tokens import TokenBroker, broker_from_settings, secret_fingerprint
-from compliance_api.tokens.factory import local_limiter, local_lock, local_store
-from compliance_api.tokens.limiter import RateLimiter
-from compliance_api.tokens.lock import TokenLock
-from compliance_api.tokens.store import TokenStore
+from compliance_api.tokens import CustomerKey, TokenBroker, broker_from_settings
 from runtime.attempts import guard_write
 from runtime.credentials import forget_credentials, load_run_settings, run_settings
 from runtime.retries import log_client_retry
@@ -50,61 +46,33 @@ from runtime.token_backends import (
     PrefectVariableTokenStore,
 )
 
-StoreKind = Literal["local", "prefect"]
-
-_brokers: dict[tuple[object, ...], TokenBroker] = {}
+#: per (customer key, token store kind, Prefect API): the settings and the broker made from them
+_brokers: dict[tuple[CustomerKey, str, str | None], tuple[Settings, TokenBroker]] = {}
 _brokers_guard = threading.Lock()
-
-
-def prefect_api_configured() -> bool:
-    return bool(get_current_settings().api.url)
-
-
-def store_kind() -> StoreKind:
-    """COMPLIANCE_TOKEN_STORE, checked by ``RuntimeSettings``."""
-    return runtime_settings().token_store
-
-
-def _limiter(settings: Settings) -> RateLimiter:
-    if prefect_api_configured():
-        return PrefectRateLimiter(settings.token_rate_limit_name)
-    return local_limiter(settings)
-
-
-def _store_and_lock(settings: Settings, kind: StoreKind) -> tuple[TokenStore, TokenLock]:
-    if kind == "prefect":
-        return PrefectVariableTokenStore(), PrefectTokenLock()
-    return local_store(settings), local_lock(settings)
+os.register_at_fork(after_in_child=_brokers.clear)  # a forked child renews on its own
 
 
 def shared_broker(settings: Settings | None = None) -> TokenBroker:
-    """The process-wide broker for these settings (created on first use, then reused).
+    """The process's broker for the customer key of these settings (created on first use, then
+    reused; made anew if the settings changed, e.g. a rotated secret).
 
     Without ``settings``: the run's settings (a credentials block must have been read already,
     as ``compliance_client()`` and the token task do).
     """
     settings = settings or run_settings()
-    kind = store_kind()
-    identity = (
-        os.getpid(),
-        settings.tier,
-        settings.api_base_url,
-        settings.client_id,
-        settings.source_id,
-        secret_fingerprint(settings.client_secret),
-        str(settings.state_dir),
-        kind,
-        prefect_api_configured() and get_current_settings().api.url,
-    )
+    kind, api_url = runtime_settings().token_store, get_current_settings().api.url
+    identity = (CustomerKey.from_settings(settings), kind, api_url)
     with _brokers_guard:
-        broker = _brokers.get(identity)
-        if broker is None:
-            store, lock = _store_and_lock(settings, kind)
-            broker = broker_from_settings(
-                settings, store=store, lock=lock, limiter=_limiter(settings)
-            )
-            _brokers[identity] = broker
-        return broker
+        cached = _brokers.get(identity)
+        if cached is None or cached[0] != settings:
+            limiter = PrefectRateLimiter(settings.token_rate_limit_name) if api_url else None
+            if kind == "prefect":
+                store, lock = PrefectVariableTokenStore(), PrefectTokenLock()
+                broker = broker_from_settings(settings, store=store, lock=lock, limiter=limiter)
+            else:
+                broker = broker_from_settings(settings, limiter=limiter)
+            cached = _brokers[identity] = (settings, broker)
+        return cached[1]
 
 
 def forget_brokers() -> None:
