@@ -9,7 +9,6 @@ cost ratio: (T_flow(big) - T_flow(small)) / (T_plain(big) - T_plain(small)).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import csv
 import json
@@ -21,22 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    DEMO_CLIENT_ID,
-    TOKEN_REQUEST,
-    ForeignCpu,
-    child_env,
-    database_name,
-    emit_result,
-    peak_rss_mb,
-    prefect_server,
-    ratio,
-    run_child,
-    sandbox_process,
-    upsert_limit,
-    use_bytecode_cache,
-    wait_for_prefect_idle,
-)
+from bench import common
 
 CHUNK = 100
 ADD_PEOPLE_ROUTE = "POST /v1/groups/{groupId}/add-people"
@@ -60,7 +44,7 @@ async def plain_add_people(
     people = read_people(path)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60) as http:
-        grant = await http.post("/oauth/token", json=TOKEN_REQUEST)
+        grant = await http.post("/oauth/token", json=common.TOKEN_REQUEST)
         grant.raise_for_status()
         headers = {"Authorization": f"Bearer {grant.json()['access_token']}"}
         gate = asyncio.Semaphore(concurrency)
@@ -99,22 +83,15 @@ async def flow_add_people(group: str, path: str, concurrency: int) -> dict[str, 
     }
 
 
-def child_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="bench.add_people child")
-    parser.add_argument("mode", choices=["plain", "flow"])
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--file", required=True)
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--base-url", required=True)
-    args = parser.parse_args(argv)
+def child_main(mode: str, group: str, path: str, concurrency: str, base_url: str) -> None:
     started = time.perf_counter()
-    if args.mode == "plain":
-        coro = plain_add_people(args.base_url, args.group, args.file, args.concurrency)
+    if mode == "plain":
+        coro = plain_add_people(base_url, group, path, int(concurrency))
     else:
-        coro = flow_add_people(args.group, args.file, args.concurrency)
+        coro = flow_add_people(group, path, int(concurrency))
     outcome = asyncio.run(coro)
-    outcome.update(peak_rss_mb=peak_rss_mb(), inside_seconds=time.perf_counter() - started)
-    emit_result(outcome)
+    outcome.update(peak_rss_mb=common.peak_rss_mb(), inside_seconds=time.perf_counter() - started)
+    common.emit_result(outcome)
 
 
 # --------------------------------------------------------------------------- the orchestrator
@@ -134,18 +111,17 @@ def _measure(
     api_url: str,
     no_bytecode_cache: bool = False,
 ) -> dict[str, Any]:
-    idle_wait = wait_for_prefect_idle(api_url)
+    idle_wait = common.wait_for_prefect_idle(api_url)
     sandbox.control.reset()
     state_dir = tempfile.mkdtemp(prefix=f"bench-{mode}-")
-    env = child_env(sandbox.url, api_url if mode == "flow" else None, state_dir)
+    env = common.child_env(sandbox.url, api_url if mode == "flow" else None, state_dir)
     env["COMPLIANCE_TOKEN_RATE_LIMIT_NAME"] = BENCH_TOKEN_LIMIT
     if no_bytecode_cache:  # an empty cache that is never written: every module is compiled
         env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-no-pycache-")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-    command = [sys.executable, "-m", "bench.add_people", "child", mode, "--group", group]
-    command += ["--file", people_file, "--concurrency", str(concurrency)]
-    command += ["--base-url", sandbox.url]
-    run = run_child(command, env, control=sandbox.control, data_route=ADD_PEOPLE_ROUTE)
+    command = [sys.executable, "-m", "bench.add_people", "child", mode, group, people_file]
+    command += [str(concurrency), sandbox.url]
+    run = common.run_child(command, env, control=sandbox.control, data_route=ADD_PEOPLE_ROUTE)
     stats = sandbox.control.stats()
     adds = stats["group_add_counts"].get(group, {})
     if run.returncode != 0 or not run.result:
@@ -160,7 +136,7 @@ def _measure(
         "first_call_seconds": first_call,
         "api_calls": stats["route_counts"].get(ADD_PEOPLE_ROUTE, 0),
         "expected_calls": math.ceil(size / CHUNK),
-        "token_mints": stats["token_mints"].get(DEMO_CLIENT_ID, 0),
+        "token_mints": stats["token_mints"].get(common.DEMO_CLIENT_ID, 0),
         "people_added_once": sum(1 for n in adds.values() if n == 1),
         "people_added_twice_or_more": sum(1 for n in adds.values() if n > 1),
         "succeeded": run.result.get("succeeded"),
@@ -203,9 +179,9 @@ def summarize(
     extra = fixed["flow"]["first_call_seconds"] - fixed["plain"]["first_call_seconds"]
     return {
         "sizes": [small, big],
-        "marginal_ratio": ratio(flow_delta, plain_delta),
+        "marginal_ratio": common.ratio(flow_delta, plain_delta),
         "marginal_target": target,
-        "marginal_ratio_after_first_call": ratio(*calls_deltas),
+        "marginal_ratio_after_first_call": common.ratio(*calls_deltas),
         "flow_marginal_seconds": round(flow_delta, 3),
         "plain_marginal_seconds": round(plain_delta, 3),
         "fixed_startup": fixed,
@@ -224,15 +200,15 @@ def run(
     scale = max(1, math.ceil(max(sizes) / 500))
     workdir = Path(tempfile.mkdtemp(prefix="bench-add-people-"))
     runs: list[dict[str, Any]] = []
-    use_bytecode_cache()
+    common.use_bytecode_cache()
     with (
-        sandbox_process(scale=scale, latency_ms=latency_ms) as sandbox,
-        prefect_server(backend) as server,
+        common.sandbox_process(scale=scale, latency_ms=latency_ms) as sandbox,
+        common.prefect_server(backend) as server,
     ):
         api = server.api_url
         # the sandbox (and its token budget) is reset between runs: consecutive runs must not
         # wait out the production bucket's 15 s slot
-        upsert_limit(BENCH_TOKEN_LIMIT, limit=5, per_second=5 / 60)
+        common.upsert_limit(BENCH_TOKEN_LIMIT, limit=5, per_second=5 / 60)
         seed = sandbox.control.seed()
         group, people = seed["groups"][0], seed["people"]
         if len(people) < max(sizes):
@@ -242,7 +218,7 @@ def run(
         for mode in ("plain", "flow"):  # fills the bytecode cache and warms the server
             _measure(mode, CHUNK, warm, group, concurrency, sandbox, api)
         cold = _measure("flow", CHUNK, warm, group, concurrency, sandbox, api, True)
-        with ForeignCpu(database_name(server.options.database_url)) as foreign:
+        with common.ForeignCpu(common.database_name(server.options.database_url)) as foreign:
             for repeat in range(repeats):
                 order = ("plain", "flow") if repeat % 2 == 0 else ("flow", "plain")
                 for size in sizes:
@@ -270,4 +246,4 @@ def run(
 if __name__ == "__main__":
     if sys.argv[1:2] != ["child"]:
         sys.exit("the benchmark: python -m bench --only add_people")
-    child_main(sys.argv[2:])
+    child_main(*sys.argv[2:])

@@ -1,9 +1,7 @@
 """Demo cold start: ``make demo`` (sandbox + temporary Prefect server + the main job) from a
 fresh interpreter, next to a plain httpx script that starts the same sandbox and makes the
-demo's write calls itself (``python -m bench --only demo_cold_start``).
-
-A third child times the phases of the project's start-up on their own (importing Prefect and
-the flows, starting the sandbox, starting the Prefect server): where the demo's time goes.
+demo's writes; a third child times the start-up phases on their own (``python -m bench --only
+demo_cold_start``).
 """
 
 from __future__ import annotations
@@ -16,15 +14,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench.common import (
-    REPO,
-    TOKEN_REQUEST,
-    emit_result,
-    peak_rss_mb,
-    ratio,
-    run_child,
-    use_bytecode_cache,
-)
+from bench import common
 
 
 # --------------------------------------------------------------------------- children
@@ -35,7 +25,7 @@ async def _plain_calls(url: str, seed: dict[str, Any]) -> int:
 
     calls = 0
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        grant = await http.post("/oauth/token", json=TOKEN_REQUEST)
+        grant = await http.post("/oauth/token", json=common.TOKEN_REQUEST)
         headers = {"Authorization": f"Bearer {grant.json()['access_token']}"}
         requests: list[tuple[str, str, Any]] = []
         for vendor in seed["discovered_vendors"][:4]:
@@ -70,7 +60,7 @@ def plain_child() -> None:
 
     with run_sandbox_in_thread(seed=42) as sandbox:
         calls = asyncio.run(_plain_calls(sandbox.url, sandbox.control.seed()))
-    emit_result({"calls": calls, "peak_rss_mb": peak_rss_mb()})
+    common.emit_result({"calls": calls, "peak_rss_mb": common.peak_rss_mb()})
 
 
 def phases_child() -> None:
@@ -100,7 +90,7 @@ def phases_child() -> None:
             timings["prefect_server_start"] = time.perf_counter() - mark
             mark = time.perf_counter()
         timings["prefect_server_stop"] = time.perf_counter() - mark
-    emit_result({key: round(value, 3) for key, value in timings.items()})
+    common.emit_result({key: round(value, 3) for key, value in timings.items()})
 
 
 # --------------------------------------------------------------------------- orchestrator
@@ -109,48 +99,42 @@ def _env() -> dict[str, str]:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPLIANCE_", "PREFECT_"))}
     auth_string = generate_auth_string()  # as make demo's server: basic auth on
-    env.update(
-        PREFECT_SERVER_API_AUTH_STRING=auth_string,
-        PREFECT_API_AUTH_STRING=auth_string,
-        PREFECT_HOME=tempfile.mkdtemp(prefix="bench-demo-"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_CLI_PROMPT="false",
-        PYTHONPATH=str(REPO),
-    )
-    use_bytecode_cache(env)
+    env.update(PREFECT_SERVER_API_AUTH_STRING=auth_string, PREFECT_API_AUTH_STRING=auth_string)
+    env.update(PREFECT_HOME=tempfile.mkdtemp(prefix="bench-demo-"), PYTHONPATH=str(common.REPO))
+    env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_CLI_PROMPT="false")
+    common.use_bytecode_cache(env)
     return env
+
+
+def _child(name: str) -> common.ChildRun:
+    child = common.run_child([sys.executable, "-m", "bench.demo_cold_start", name], _env())
+    if child.returncode:
+        raise RuntimeError(f"{name} child failed:\n{child.stderr_tail}")
+    return child
 
 
 def run(repeats: int = 1) -> dict[str, Any]:
     demo_walls, plain_walls, phases = [], [], []
     demo_ok = True
     for _ in range(repeats):
-        demo = run_child([sys.executable, "-m", "deployments.demo"], _env(), timeout=900)
+        demo = common.run_child([sys.executable, "-m", "deployments.demo"], _env(), timeout=900)
         demo_ok = demo_ok and demo.returncode == 0
         demo_walls.append(demo.wall_seconds)
-        plain = run_child([sys.executable, "-m", "bench.demo_cold_start", "plain"], _env())
-        if plain.returncode:
-            raise RuntimeError(f"plain child failed:\n{plain.stderr_tail}")
-        plain_walls.append(plain.wall_seconds)
-        phase = run_child([sys.executable, "-m", "bench.demo_cold_start", "phases"], _env())
-        if phase.returncode:
-            raise RuntimeError(f"phases child failed:\n{phase.stderr_tail}")
-        phases.append(phase.result)
+        plain_walls.append(_child("plain").wall_seconds)
+        phases.append(_child("phases").result)
     demo_wall = statistics.median(demo_walls)
     plain_wall = statistics.median(plain_walls)
     phase_medians = {key: round(statistics.median(p[key] for p in phases), 2) for key in phases[0]}
-    start_up = sum(
-        phase_medians[k]
-        for k in ("import_prefect_and_flows", "sandbox_start", "prefect_server_start")
-    )
+    start = ("import_prefect_and_flows", "sandbox_start", "prefect_server_start")
+    start_up = sum(phase_medians[key] for key in start)
     return {
         "repeats": repeats,
         "demo_exit_ok": demo_ok,
         "demo_wall_seconds": round(demo_wall, 2),
         "plain_wall_seconds": round(plain_wall, 2),
-        "demo_to_plain_ratio": ratio(demo_wall, plain_wall),
+        "demo_to_plain_ratio": common.ratio(demo_wall, plain_wall),
         "phases_seconds": phase_medians,
-        "startup_share_of_demo": ratio(start_up, demo_wall),
+        "startup_share_of_demo": common.ratio(start_up, demo_wall),
     }
 
 

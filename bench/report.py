@@ -302,9 +302,7 @@ def streaming_rows(result: Result | None) -> list[Row]:
     sizes = sorted({size for _, size in runs})
 
     def pooled(case: str, key: str) -> Row:
-        return {
-            size: [r[key] for r in runs[(case, size)]] for size in sizes if (case, size) in runs
-        }
+        return {size: [r[key] for r in runs.get((case, size), [])] for size in sizes}
 
     def seconds(case: str, size: int) -> Any:
         found = runs.get((case, size))
@@ -324,18 +322,15 @@ def streaming_rows(result: Result | None) -> list[Row]:
     rows += [_row(f"{case}: API calls", pooled(case, "api_calls")) for case in CASES]
     if len(sizes) > 2:
         large, huge = sizes[1:3]
-        more = (
-            None
-            if None in (growth(huge), growth(large))
-            else round(growth(huge) - growth(large), 1)
-        )
+        more = None if None in (growth(huge), growth(large)) else growth(huge) - growth(large)
+        more = None if more is None else round(more, 1)
         slower = _ratio(seconds("export", huge), seconds("export", large))
         measure = f"export: peak RSS growth at {huge:,} minus at {large:,} (MB)"
-        rows.append(_row(measure, {huge: more}, f"<= {HUGE_RSS_GROWTH_MB:g} MB"))
-        rows[-1]["verdict"] = _verdict(more, lambda v: v <= HUGE_RSS_GROWTH_MB)
+        verdict = _verdict(more, lambda v: v <= HUGE_RSS_GROWTH_MB)
+        rows.append(_row(measure, {huge: more}, f"<= {HUGE_RSS_GROWTH_MB:g} MB", verdict))
         measure = f"export: time at {huge:,} / at {large:,} ({huge // large}x the items)"
-        rows.append(_row(measure, {huge: slower}, f"<= {HUGE_TIME_RATIO:g}"))
-        rows[-1]["verdict"] = _verdict(slower, lambda v: v <= HUGE_TIME_RATIO)
+        verdict = _verdict(slower, lambda v: v <= HUGE_TIME_RATIO)
+        rows.append(_row(measure, {huge: slower}, f"<= {HUGE_TIME_RATIO:g}", verdict))
     return rows
 
 

@@ -29,13 +29,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import (
-    TOKEN_REQUEST,
-    prefect_client_env,
-    prefect_server,
-    sandbox_process,
-    upsert_limit,
-)
+from bench import common
 
 BENCH_TOKEN_LIMIT = "bench-streaming-token-endpoint"
 CASES = ("httpx-events", "export", "httpx-kb", "freshness")
@@ -75,7 +69,7 @@ def rss_growth_mb(run: Callable[[], int]) -> tuple[int, float]:
 async def _httpx_pages(base_url: str, path: str, limit_pages: int | None) -> int:
     """The baseline: follow endCursor with a bearer token, count items, keep nothing."""
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        grant = TOKEN_REQUEST | {"scope": "service-api.all:read"}
+        grant = common.TOKEN_REQUEST | {"scope": "service-api.all:read"}
         token = (await http.post("/oauth/token", json=grant)).json()["access_token"]
         headers = {"Authorization": f"Bearer {token}"}
         cursor: str | None = None
@@ -162,23 +156,24 @@ def main(argv: list[str] | None = None) -> None:
         **os.environ,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_LEVEL": "WARNING",
-        "COMPLIANCE_CLIENT_ID": TOKEN_REQUEST["client_id"],
-        "COMPLIANCE_CLIENT_SECRET": TOKEN_REQUEST["client_secret"],
+        "COMPLIANCE_CLIENT_ID": common.TOKEN_REQUEST["client_id"],
+        "COMPLIANCE_CLIENT_SECRET": common.TOKEN_REQUEST["client_secret"],
         "COMPLIANCE_APPLICATION_TYPE": "manage",
         "COMPLIANCE_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode(),
         "COMPLIANCE_STATE_DIR": state,
         "COMPLIANCE_TOKEN_RATE_LIMIT_NAME": BENCH_TOKEN_LIMIT,
     }
     rows: list[dict[str, Any]] = []
-    with prefect_server() as server:
+    with common.prefect_server() as server:
         env["PREFECT_API_URL"] = server.api_url
-        env.update(prefect_client_env())  # and the server's auth string
-        upsert_limit(BENCH_TOKEN_LIMIT, limit=100, per_second=10.0)
+        env.update(common.prefect_client_env())  # and the server's auth string
+        common.upsert_limit(BENCH_TOKEN_LIMIT, limit=100, per_second=10.0)
         sizes = ((args.small, CASES, args.repeats), (args.large, CASES, args.repeats))
         for scale, cases, repeats in (*sizes, (args.huge, HUGE_CASES, 1)):
             if not scale:
                 continue
-            with sandbox_process(scale=scale) as sandbox:  # one at a time: the huge one is big
+            # one sandbox at a time: the huge one is big
+            with common.sandbox_process(scale=scale) as sandbox:
                 for _ in range(repeats):  # each flow right after its baseline: same conditions
                     for case in cases:
                         rows.append(_measure(case, sandbox, scale * 500, env))
