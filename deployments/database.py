@@ -2,9 +2,9 @@
 
 A SQLite server serialises every write behind one file lock; a burst of flow runs gets 503s
 ("database is locked") and runs crash before they start. PostgreSQL takes the same burst.
-Prefect needs PostgreSQL 14.9 or newer with the ``pg_trgm`` extension; ``prepare_database``
-creates the database and the extension if they are missing (the server then migrates the
-schema itself on start).
+Prefect needs PostgreSQL 14.9 or newer; ``prepare_database`` checks the version and creates
+the database if it is missing. The server migrates the schema itself on start, and its
+migrations create the ``pg_trgm`` extension it needs.
 
 URLs are SQLAlchemy URLs, as ``PREFECT_API_DATABASE_CONNECTION_URL`` takes them:
 ``postgresql+asyncpg://USER[:PASSWORD]@HOST:PORT/DB``. A password in one never reaches a log:
@@ -14,7 +14,6 @@ use ``redacted`` to show one.
 from __future__ import annotations
 
 import asyncio
-import os
 
 import asyncpg
 from sqlalchemy.engine import URL, make_url
@@ -25,19 +24,6 @@ MINIMUM_POSTGRES = (14, 9)
 
 class DatabaseError(RuntimeError):
     """The database named by ``--database-url`` cannot serve a Prefect server."""
-
-
-def local_postgres_url(database: str) -> str:
-    """A URL for ``database`` on the PostgreSQL server the libpq variables name (``PGHOST``,
-    ``PGPORT``, ``PGUSER``, ``PGPASSWORD``; default ``postgres@127.0.0.1:5432``)."""
-    user = os.environ.get("PGUSER", "postgres")
-    password = os.environ.get("PGPASSWORD")
-    host = os.environ.get("PGHOST", "127.0.0.1")
-    port = os.environ.get("PGPORT", "5432")
-    credentials = f"{user}:{password}" if password else user
-    if host.startswith("/"):
-        return f"{POSTGRES_DRIVER}://{credentials}@/{database}?host={host}&port={port}"
-    return f"{POSTGRES_DRIVER}://{credentials}@{host}:{port}/{database}"
 
 
 def parse_database_url(value: str) -> URL:
@@ -71,7 +57,7 @@ def redact_text(value: str) -> str:
     return f"{scheme}{sep}{user}:***@{tail}" if ":" in credentials else value
 
 
-def _connect_kwargs(url: URL, database: str) -> dict[str, object]:
+def connect_kwargs(url: URL, database: str) -> dict[str, object]:
     host = url.query.get("host") or url.host or "127.0.0.1"
     return {
         "user": url.username,
@@ -84,7 +70,7 @@ def _connect_kwargs(url: URL, database: str) -> dict[str, object]:
 
 async def _prepare(url: URL) -> None:
     try:
-        admin = await asyncpg.connect(**_connect_kwargs(url, "postgres"), timeout=10)
+        admin = await asyncpg.connect(**connect_kwargs(url, "postgres"), timeout=10)
     except (OSError, asyncpg.PostgresError, TimeoutError) as error:
         raise DatabaseError(
             f"cannot reach PostgreSQL at {redacted(url)}: {type(error).__name__}: {error}"
@@ -97,38 +83,21 @@ async def _prepare(url: URL) -> None:
             )
         exists = await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", url.database)
         if not exists:
-            await admin.execute(f'CREATE DATABASE "{_identifier(url.database)}"')
+            await admin.execute(f"CREATE DATABASE {quoted_name(url.database)}")
     finally:
         await admin.close()
-    target = await asyncpg.connect(**_connect_kwargs(url, str(url.database)), timeout=10)
-    try:
-        await target.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    except asyncpg.PostgresError as error:
-        raise DatabaseError(
-            f"{redacted(url)}: cannot create the pg_trgm extension Prefect needs ({error})"
-        ) from None
-    finally:
-        await target.close()
 
 
-def _identifier(name: str | None) -> str:
+def quoted_name(name: str | None) -> str:
+    """``"name"``, for a statement that cannot take it as a parameter."""
     if not name or '"' in name or "\x00" in name:
         raise DatabaseError(f"database name {name!r} cannot be quoted safely")
-    return name
+    return f'"{name}"'
 
 
 def prepare_database(value: str) -> URL:
-    """Check the URL, create the database and ``pg_trgm`` if missing; returns the parsed URL."""
+    """Check the URL and the server's version, create the database if missing; returns the
+    parsed URL."""
     url = parse_database_url(value)
     asyncio.run(_prepare(url))
     return url
-
-
-async def drop_database(value: str) -> None:
-    """Drop the database (tests' fresh databases), closing any connection still open to it."""
-    url = parse_database_url(value)
-    admin = await asyncpg.connect(**_connect_kwargs(url, "postgres"), timeout=10)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{_identifier(url.database)}" WITH (FORCE)')
-    finally:
-        await admin.close()

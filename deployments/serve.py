@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
     parser.add_argument(
         "--database-url",
         help="the Prefect server's database: postgresql+asyncpg://USER@HOST:PORT/DB "
-        "(created with pg_trgm if missing; default: SQLite in the state dir)",
+        "(created if missing; default: SQLite in the state dir)",
     )
     parser.add_argument(
         "--workers",
