@@ -26,35 +26,26 @@ from deployments.processes import wait_until
 BRIDGE = "bridge-event-log/every-3-minutes"
 PROMOTE = "promote-discovered-vendors/on-discovery"
 RECOVER = "recover-crashed-run/on-crash"
-#: the promote deployment's schedule that would find what no trigger started a run for
-CATCH_UP = "catch-up"
+CATCH_UP = "catch-up"  # the promote deployment's schedule, off during the bursts
 SIZES = (40, 400)
-#: the stacks: SQLite as ``make serve`` runs it; PostgreSQL scaled out; and on API replicas
 STACKS = ("sqlite", "postgresql", "replicas")
 WORKERS = {"sqlite": 1, "postgresql": 3, "replicas": 3}
 API_REPLICAS = 2
 FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
-#: every promotion final, the bridge too, and no recovery under way for this long: the burst is
-#: over (a crashed run's recovery starts within a second or two of the crash, a late trigger's
-#: run is created within seconds of the bridge's last event)
+#: the burst is over: every run final this long (vendors managed), or GIVE_UP_QUIET_SECONDS
+#: (vendors not managed: nothing will manage them), or DEFAULT_TIMEOUT_SECONDS after the bridge
 SETTLE_SECONDS = 20.0
-#: that quiet for this long with vendors still not managed: nothing will manage them (the
-#: catch-up schedule is off), so the burst ends without waiting for the timeout
 GIVE_UP_QUIET_SECONDS = 120.0
-#: per burst, from the bridge run's creation
 DEFAULT_TIMEOUT_SECONDS = 600.0
-#: the sandbox's promotion counts are read this often (the wall time's resolution); the Prefect
-#: API once every PREFECT_POLL_SECONDS (a read is load on the server too, the same on both)
+#: the sandbox's counts are read this often (the wall time's resolution), the Prefect API less
 POLL_SECONDS = 0.5
 PREFECT_POLL_SECONDS = 1.0
 #: a read of the Prefect API is given this long, and tried again until READ_PATIENCE_SECONDS
 READ_TIMEOUT_SECONDS = 60.0
 READ_PATIENCE_SECONDS = 600.0
 
-#: the issue's targets: a burst of TARGET_SIZE vendors managed, each exactly once, within
-#: WALL_TARGET_SECONDS[backend] of the bridge run's start, in at most MAX_PROMOTION_RUNS runs,
-#: with no "database is locked", no traceback, at most MAX_MINTS mints (0 when the token minted
-#: before the burst is still valid) and no 401
+#: the issue's targets for a burst of TARGET_SIZE vendors (``target_labels`` words them); at
+#: most MAX_MINTS mints: 0 when the token minted before the burst is still valid
 TARGET_SIZE = 400
 WALL_TARGET_SECONDS = {"sqlite": 60.0, "postgresql": 45.0}
 #: the replicas' wall time, at most this multiple of the single-server PostgreSQL burst's
@@ -98,12 +89,9 @@ class Api:
             response.raise_for_status()
             return response.json()
 
-    def deployment(self, name: str) -> dict[str, Any]:
-        return dict(self.read("GET", f"/deployments/name/{name}"))
-
     def deployment_id(self, name: str) -> str:
         if name not in self._ids:
-            self._ids[name] = str(self.deployment(name)["id"])
+            self._ids[name] = str(self.read("GET", f"/deployments/name/{name}")["id"])
         return self._ids[name]
 
     def run_deployment(self, name: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -111,11 +99,8 @@ class Api:
         return dict(self.stack.request("POST", path, {"parameters": parameters}).json())
 
     def flow_runs(self, name: str) -> list[dict[str, Any]]:
-        query = {
-            "flow_runs": {"deployment_id": {"any_": [self.deployment_id(name)]}},
-            "sort": "ID_DESC",
-            "limit": 200,
-        }
+        ids = {"any_": [self.deployment_id(name)]}
+        query = {"flow_runs": {"deployment_id": ids}, "sort": "ID_DESC", "limit": 200}
         return list(self.read("POST", "/flow_runs/filter", query))
 
     def flow_run(self, flow_run_id: str) -> dict[str, Any]:
@@ -124,7 +109,7 @@ class Api:
     def pause_schedules(self, name: str, slug: str | None = None) -> None:
         """Switch the deployment's active schedules off, or only the one called ``slug``
         (Prefect deletes the future runs they had queued)."""
-        deployment = self.deployment(name)
+        deployment = self.read("GET", f"/deployments/name/{name}")
         for schedule in deployment.get("schedules") or []:
             if schedule.get("active") and slug in (None, schedule.get("slug")):
                 path = f"/deployments/{deployment['id']}/schedules/{schedule['id']}"
@@ -174,14 +159,11 @@ def summarize_burst(
 
 def target_labels(backend: str) -> dict[str, str]:
     """What each of ``target_checks``' keys asks of a burst of ``TARGET_SIZE`` on ``backend``."""
-    limit = WALL_TARGET_SECONDS.get(backend)
-    wall = (
-        f"every vendor managed within {REPLICA_WALL_RATIO:g}x the PostgreSQL burst's time"
-        if backend == "replicas"
-        else f"every vendor managed within {limit:g} s"
-    )
+    limit = f"{WALL_TARGET_SECONDS.get(backend, 0):g} s"
+    if backend == "replicas":
+        limit = f"{REPLICA_WALL_RATIO:g}x the PostgreSQL burst's time"
     return {
-        "wall": wall,
+        "wall": f"every vendor managed within {limit}",
         "once": "each vendor managed exactly once",
         "runs": f"at most {MAX_PROMOTION_RUNS} promotion runs",
         "database_is_locked": '0 "database is locked"',
@@ -341,6 +323,7 @@ def drive(stack: Any, api: Api, control: Any, size: int, timeout: float) -> dict
             api, control, set(vendors), str(bridge["id"]), earlier, started, timeout
         )
     after = control.stats()
+    mints = [stats["token_mints"].get(DEMO_CLIENT_ID, 0) for stats in (before, after)]
     result = summarize_burst(
         size,
         vendors,
@@ -348,29 +331,25 @@ def drive(stack: Any, api: Api, control: Any, size: int, timeout: float) -> dict
         after["write_counts"]["add_to_managed"],
         wall_seconds=managed_at,
         timed_out=timed_out,
-        mints=after["token_mints"].get(DEMO_CLIENT_ID, 0)
-        - before["token_mints"].get(DEMO_CLIENT_ID, 0),
+        mints=mints[1] - mints[0],
         unauthorized=after["unauthorized"] - before["unauthorized"],
         logs=counts_since(logs_before, log_counts(stack.logs_dir)),
     )
-    result.update(
-        {
-            "traceback_errors": dict(traceback_errors(stack.logs_dir) - errors_before),
-            "bridge_state": state_type(api.flow_run(str(bridge["id"]))),
-            "recovery_runs": len(api.flow_runs(RECOVER)) - earlier_recoveries,
-            "runs": [
-                {
-                    "name": run.get("name"),
-                    "state": state_type(run),
-                    "message": ((run.get("state") or {}).get("message") or "")[:300],
-                    "run_count": run.get("run_count"),
-                }
-                for run in runs[:20]
-            ],
-            "foreign_cpu": foreign.report(),
-        }
-    )
-    return result
+    return result | {
+        "traceback_errors": dict(traceback_errors(stack.logs_dir) - errors_before),
+        "bridge_state": state_type(api.flow_run(str(bridge["id"]))),
+        "recovery_runs": len(api.flow_runs(RECOVER)) - earlier_recoveries,
+        "runs": [
+            {
+                "name": run.get("name"),
+                "state": state_type(run),
+                "message": ((run.get("state") or {}).get("message") or "")[:300],
+                "run_count": run.get("run_count"),
+            }
+            for run in runs[:20]
+        ],
+        "foreign_cpu": foreign.report(),
+    }
 
 
 def bursts_on(backend: str, sizes: list[int], timeout: float) -> dict[str, Any]:
@@ -385,19 +364,11 @@ def bursts_on(backend: str, sizes: list[int], timeout: float) -> dict[str, Any]:
     side: dict[str, Any] = {"backend": backend, "workers": workers, "bursts": []}
     redis = fresh_redis() if replicas else contextlib.nullcontext(None)
     with fresh_database("postgresql" if replicas else backend) as database_url, redis as redis_url:
-        options = StackOptions(
-            state_dir=state_dir,
-            prefect_port=None,
-            sandbox_port=None,
-            ui=False,
-            worker_poll_seconds=1.0,
-            startup_timeout=180.0,
-            database_url=database_url,
-            workers=workers,
-            redis_url=redis_url,
-            api_replicas=API_REPLICAS if replicas else 1,
-        )
-        stack = LocalStack(options)
+        options: dict[str, Any] = {"prefect_port": None, "sandbox_port": None, "ui": False}
+        options |= {"database_url": database_url, "redis_url": redis_url, "workers": workers}
+        options |= {"worker_poll_seconds": 1.0, "startup_timeout": 180.0}
+        options["api_replicas"] = API_REPLICAS if replicas else 1
+        stack = LocalStack(StackOptions(state_dir=state_dir, **options))
         began = time.monotonic()
         with stack:
             side["stack_startup_seconds"] = round(time.monotonic() - began, 1)
