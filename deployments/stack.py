@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Literal, Self
 from urllib.parse import urlsplit
 
 import httpx
@@ -71,7 +71,6 @@ from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.tls_proxy import TLSProxy, TLSProxyOptions, require_nginx
-from sandbox.control import SandboxControl
 
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
 DEFAULT_PREFECT_PORT = 4200
@@ -162,8 +161,6 @@ class StackOptions:
     worker_output_to_terminal: bool = False
     #: extra environment for the worker (and so for every flow run)
     worker_env: Mapping[str, str] = field(default_factory=dict)
-    #: Prefect variables to set before `prefect deploy` (e.g. a short rerun delay for tests)
-    variables: Mapping[str, object] = field(default_factory=dict)
     #: seconds without a heartbeat before a run is marked Crashed (None: the environment's
     #: COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS, else 90 s; deployments/automations.py)
     unresponsive_run_grace_seconds: int | None = None
@@ -287,12 +284,6 @@ class LocalStack:
             return None
         return secret_file(self.sandbox_token_file, lambda: secrets.token_urlsafe(32))
 
-    def sandbox_control(self, timeout: float = 30.0) -> SandboxControl:
-        """A client of the sandbox's control API (with its token when it needs one)."""
-        return SandboxControl(
-            self.sandbox_url, timeout=timeout, control_token=self.sandbox_control_token
-        )
-
     def secret_values(self) -> list[str]:
         """Every secret value of this stack, for redaction and secret scans."""
         values = [self.auth_string, encryption_key(self.state_dir)]
@@ -380,23 +371,6 @@ class LocalStack:
         if self.tls_ca is not None:
             env[SSL_CERT_ENV] = str(self.tls_ca)
         return env
-
-    def client_settings(self) -> dict[Any, Any]:
-        """``client_env`` as ``prefect.settings.temporary_settings`` takes it, for a Prefect
-        client in this process: ``with temporary_settings(stack.client_settings()): ...``."""
-        from prefect.settings import (
-            PREFECT_API_AUTH_STRING,
-            PREFECT_API_SSL_CERT_FILE,
-            PREFECT_API_URL,
-        )
-
-        settings: dict[Any, Any] = {
-            PREFECT_API_URL: self.api_url,
-            PREFECT_API_AUTH_STRING: self.auth_string,
-        }
-        if self.tls_ca is not None:
-            settings[PREFECT_API_SSL_CERT_FILE] = str(self.tls_ca)
-        return settings
 
     def prefect_env(self) -> dict[str, str]:
         """Every child talks to this stack's Prefect server, never to a profile's, with the
@@ -611,16 +585,6 @@ class LocalStack:
         for server in [self.services, *self.replicas[1:]]:
             server.wait_ready()
 
-    def restart_prefect_server(self, server: PrefectServer | None = None) -> None:
-        """Stop one Prefect process (default: the first API server) and start it again on the
-        same port and database, as a rolling restart does."""
-        server = server or self.server
-        assert server is not None and server.child is not None
-        self.children.remove(server.child)
-        server.stop()
-        self.children.insert(0, server.launch())
-        server.wait_ready()
-
     def bootstrap(self) -> None:
         env = self.prefect_env()
         grace = self.options.unresponsive_run_grace_seconds or os.environ.get(GRACE_ENV)
@@ -638,8 +602,6 @@ class LocalStack:
             log_path=self.logs_dir / "bootstrap.log",
             timeout=self.options.startup_timeout,
         )
-        for name, value in self.options.variables.items():
-            self.set_variable(name, value)
 
     def deploy(self) -> None:
         """``prefect deploy --all`` from the checkout, exactly as an operator runs it."""
@@ -681,15 +643,6 @@ class LocalStack:
 
     def workers(self) -> list[ChildProcess]:
         return [child for child in self.children if child.name in self.worker_names()]
-
-    def replace_worker(self, name: str = WORKER_NAME) -> ChildProcess:
-        """Start a new worker in place of one that died (as after a crash of its machine)."""
-        for old in [child for child in self.children if child.name == name]:
-            old.stop()  # whatever is left of it, and its log file
-            self.children.remove(old)
-        worker = self.launch_worker(name)
-        self.wait_for_worker(worker)
-        return worker
 
     def wait_for_workers(self, workers: list[ChildProcess]) -> None:
         for worker in workers:
@@ -736,14 +689,6 @@ class LocalStack:
             worker.get("name") == name and worker.get("status") == "ONLINE"
             for worker in response.json()
         )
-
-    def set_variable(self, name: str, value: object) -> None:
-        with self.api() as client:
-            exists = client.get(f"/variables/name/{name}").status_code == 200
-        if exists:
-            self.request("PATCH", f"/variables/name/{name}", {"value": value})
-        else:
-            self.request("POST", "/variables/", {"name": name, "value": value})
 
     def failed_children(self) -> list[ChildProcess]:
         return [child for child in self.children if not child.alive()]

@@ -25,6 +25,7 @@ from tests.fixtures.chaos import ADD_PEOPLE, slow
 from tests.fixtures.stack import (
     assert_no_secret_in_prefect_database,
     eventually,
+    replace_worker,
     run_deployment,
     state_of,
 )
@@ -81,7 +82,7 @@ def test_worker_killed_mid_run_is_marked_crashed_and_the_rerun_finishes(
 
     # A new worker (the machine back); the dead run is marked Crashed, crash recovery
     # schedules the same run again, and the new worker finishes it.
-    stack.replace_worker(worker.name)
+    replace_worker(stack, worker.name)
     finished = eventually(
         "the killed run to be recovered",
         lambda: (s := state_of(stack, killed_run))["type"] in {"COMPLETED", "FAILED"} and s,

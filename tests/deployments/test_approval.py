@@ -26,6 +26,7 @@ from sandbox.control import SandboxControl
 from tests.fixtures.stack import (
     assert_no_secret_in_prefect_database,
     eventually,
+    replace_worker,
     run_deployment,
     state_of,
 )
@@ -205,7 +206,7 @@ def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
 
     # crash detection does not take the waiting run for a dead one, nor does a new worker
     # (the old one's machine lost) lose it
-    stack.replace_worker()
+    replace_worker(stack)
     eventually(
         "crash detection's grace to pass", lambda: _older_than(stack, run, GRACE_SECONDS + 15)
     )

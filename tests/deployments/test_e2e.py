@@ -24,6 +24,7 @@ from tests.fixtures.stack import (
     ADD_TO_MANAGED,
     BRIDGE,
     PROMOTE,
+    StackWithVariables,
     assert_no_secret_in_prefect_database,
     assert_stop_leaves_no_process,
     eventually,
@@ -58,10 +59,10 @@ def stack(
         sandbox_port=None,
         ui=False,
         worker_poll_seconds=1.0,
-        variables={RERUN_DELAY_VARIABLE: 2, RERUN_MAX_ATTEMPTS_VARIABLE: MAX_ATTEMPTS},
         startup_timeout=180.0,
     )
-    with LocalStack(options) as running:
+    variables = {RERUN_DELAY_VARIABLE: 2, RERUN_MAX_ATTEMPTS_VARIABLE: MAX_ATTEMPTS}
+    with StackWithVariables(options, variables) as running:
         yield running
 
 

@@ -37,10 +37,12 @@ from tests.fixtures.hosts import Host, Network, tcp_connect
 from tests.fixtures.stack import (
     ADD_TO_MANAGED,
     PROMOTE,
+    StackWithVariables,
     deployment_id,
     eventually,
     managed,
     run_deployment,
+    sandbox_control,
     state_of,
 )
 from tests.fixtures.tls import make_ca, nginx_or_skip
@@ -103,12 +105,11 @@ def site(
             ui=False,
             worker_poll_seconds=1.0,
             unresponsive_run_grace_seconds=GRACE_SECONDS,
-            variables={CRASH_MAX_ATTEMPTS_VARIABLE: 3},
             startup_timeout=180.0,
             database_url=postgres_databases(),
             workers=len(WORKERS),
         )
-        stack = LocalStack(options)
+        stack = StackWithVariables(options, {CRASH_MAX_ATTEMPTS_VARIABLE: 3})
         try:
             stack.state_dir.mkdir(parents=True, exist_ok=True)
             stack.start_servers()  # the server host; the workers run on hosts of their own
@@ -117,7 +118,7 @@ def site(
             site = Site(
                 network=network,
                 stack=stack,
-                control=stack.sandbox_control(),
+                control=sandbox_control(stack),
                 hosts={name: network.add_host(name.removeprefix("local-")) for name in WORKERS},
                 stranger=network.add_host("stranger"),
             )

@@ -35,6 +35,7 @@ from tests.fixtures.stack import (
     final,
     finished,
     managed,
+    restart_prefect_server,
     run_deployment,
     triggered_runs,
 )
@@ -103,7 +104,7 @@ def test_a_burst_survives_a_services_restart_and_a_rolling_restart(stack: LocalS
     # a rolling restart of the second replica while the promotion runs
     eventually("the first promotions", lambda: len(managed(control)) >= 8, timeout=300)
     assert len(managed(control)) < BURST, "the restart came mid-burst"
-    stack.restart_prefect_server(stack.replicas[1])
+    restart_prefect_server(stack, stack.replicas[1])
 
     def all_done() -> list[dict[str, Any]] | None:
         runs = triggered_runs(stack, PROMOTE)

@@ -40,13 +40,16 @@ from tests.fixtures.stack import (
     ADD_TO_MANAGED,
     BRIDGE,
     PROMOTE,
+    StackWithVariables,
     assert_no_secret_in_prefect_database,
+    client_settings,
     deployment_id,
     eventually,
     final,
     finished,
     flow_runs,
     managed,
+    restart_prefect_server,
     run_deployment,
     triggered_runs,
 )
@@ -75,12 +78,11 @@ def stack(
         ui=False,
         worker_poll_seconds=1.0,
         unresponsive_run_grace_seconds=GRACE_SECONDS,
-        variables={CRASH_MAX_ATTEMPTS_VARIABLE: 3},
         startup_timeout=180.0,
         database_url=postgres_databases(),
         workers=WORKERS,
     )
-    with LocalStack(options) as running:
+    with StackWithVariables(options, {CRASH_MAX_ATTEMPTS_VARIABLE: 3}) as running:
         yield running
 
 
@@ -121,7 +123,7 @@ asyncio.run(main())
 
 
 async def lock_is_taken(stack: LocalStack, name: str) -> bool:
-    with temporary_settings(stack.client_settings()):
+    with temporary_settings(client_settings(stack)):
         try:
             async with hold_lock(name, wait_seconds=1, what="the test lock"):
                 return False
@@ -130,7 +132,7 @@ async def lock_is_taken(stack: LocalStack, name: str) -> bool:
 
 
 async def wait_for_lock(stack: LocalStack, name: str, wait_seconds: float) -> None:
-    with temporary_settings(stack.client_settings()):
+    with temporary_settings(client_settings(stack)):
         async with hold_lock(name, wait_seconds=wait_seconds, what="the test lock"):
             pass
 
@@ -147,7 +149,7 @@ def killed_lock_holder(stack: LocalStack) -> Iterator[KilledHolder]:
     assert child.stdout.readline().strip() == "HELD"
     kill_hard(child)
     holder = KilledHolder(name, time.monotonic(), held_after_restart=False)
-    stack.restart_prefect_server()
+    restart_prefect_server(stack)
     holder.held_after_restart = asyncio.run(lock_is_taken(stack, name))
 
     def wait() -> None:
