@@ -3,12 +3,15 @@
 The stack (``make serve``, the end-to-end tests) and the PostgreSQL test fixtures start their
 server here, so every server the project runs gets the same settings
 (``deployments/server_settings.py``): lease storage that survives a restart, batched task-run
-recording, and the scheduler and triggers on. ``restart()`` stops and starts it on the same
-port and database, as an operator's restart would.
+recording, and the scheduler and triggers on. It is ready when ``/api/health`` answers.
 
 With Redis, one server can be split as Prefect's scaling guide does: API replicas
 (``role="api"``: ``prefect server start --no-services``) and one process running the
-background services (``role="services"``: ``prefect server services start``).
+background services (``role="services"``: ``prefect server services start``). The services
+process serves no endpoint: only its exit is watched (its events wait in Redis meanwhile).
+Each replica is a process of its own, on its own port, so one can be restarted while the
+others serve; ``prefect server start --workers N`` would put N behind one port instead (and
+still needs the services process).
 
 With ``auth_string`` the server process gets ``PREFECT_SERVER_API_AUTH_STRING`` (every role:
 the services process talks to the API as well) and answers 401 to any client without it
@@ -23,15 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import httpx
-
 from deployments.auth import CLIENT_AUTH_ENV, SERVER_AUTH_ENV, check_exposure, url_host
-from deployments.database import prepare_database
-from deployments.processes import ChildProcess, wait_until
+from deployments.processes import ChildProcess, http_ok, wait_until
 from deployments.server_settings import apply_server_settings, redis_settings
 
 HOST = "127.0.0.1"
-DATABASE_URL_ENV = "PREFECT_API_DATABASE_CONNECTION_URL"
 
 
 @dataclass
@@ -39,13 +38,11 @@ class PrefectServerOptions:
     port: int
     #: PREFECT_HOME of the server: its SQLite database (when no database_url) and lease files
     home: Path
-    #: postgresql+asyncpg://USER@HOST:PORT/DB; None: SQLite in ``home``
+    #: postgresql+asyncpg://USER@HOST:PORT/DB (an existing database); None: SQLite in ``home``
     database_url: str | None = None
     ui: bool = False
     log_path: Path | None = None
     startup_timeout: float = 120.0
-    #: extra environment for the server process
-    env: Mapping[str, str] = field(default_factory=dict)
     #: redis://HOST:PORT/DB for messaging, event ordering, leases and the docket (prefect-redis)
     redis_url: str | None = None
     #: ``all``: API and services in one process; ``api``: API only; ``services``: services only
@@ -54,22 +51,18 @@ class PrefectServerOptions:
     host: str = HOST
     #: USER:PASSWORD: Prefect's basic auth (PREFECT_SERVER_API_AUTH_STRING); None: none
     auth_string: str | None = field(default=None, repr=False)
-    #: the API address clients and the UI use when it is not this server's own (a TLS proxy)
+    #: the API address clients, the UI and notification links use when it is not this
+    #: server's own (a TLS proxy, or the first replica for the services process)
     public_api_url: str | None = None
 
 
 class PrefectServer:
-    """One Prefect server; ``start()``, ``stop()``, ``restart()``."""
+    """One Prefect server process; ``start()`` (``launch()`` then ``wait_ready()``), ``stop()``."""
 
     def __init__(self, options: PrefectServerOptions, base_env: Mapping[str, str]) -> None:
         self.options = options
         self.base_env = dict(base_env)
         self.child: ChildProcess | None = None
-        self._log_offset = 0
-        if options.role == "services" and options.log_path is None:
-            raise ValueError("the services process needs a log_path (its readiness is read there)")
-        if options.database_url:
-            prepare_database(options.database_url)
 
     @property
     def api_url(self) -> str:
@@ -78,17 +71,6 @@ class PrefectServer:
     @property
     def ui_url(self) -> str:
         return f"http://{url_host(self.options.host)}:{self.options.port}"
-
-    def client_env(self) -> dict[str, str]:
-        """What a Prefect client needs to talk to this server (the auth string included)."""
-        env = {"PREFECT_API_URL": self.api_url}
-        if self.options.auth_string:
-            env[CLIENT_AUTH_ENV] = self.options.auth_string
-        return env
-
-    @property
-    def backend(self) -> str:
-        return "PostgreSQL" if self.options.database_url else "SQLite"
 
     @property
     def name(self) -> str:
@@ -110,13 +92,11 @@ class PrefectServer:
             # the server checks it; as a client of its own API (the services) it sends it
             env[SERVER_AUTH_ENV] = self.options.auth_string
             env[CLIENT_AUTH_ENV] = self.options.auth_string
-        env.pop(DATABASE_URL_ENV, None)
         if self.options.database_url:
-            env[DATABASE_URL_ENV] = self.options.database_url
+            env["PREFECT_API_DATABASE_CONNECTION_URL"] = self.options.database_url
         if self.options.redis_url:
             env.update(redis_settings(self.options.redis_url))
         apply_server_settings(env)
-        env.update(self.options.env)
         return env
 
     def launch(self) -> ChildProcess:
@@ -124,49 +104,29 @@ class PrefectServer:
 
         Refuses (``AuthError``) to listen beyond loopback without an auth string."""
         env = self.env()
-        if self.options.role != "services":
-            check_exposure(self.options.host, env.get(SERVER_AUTH_ENV))
-        self.options.home.mkdir(parents=True, exist_ok=True)
-        log = self.options.log_path
-        self._log_offset = log.stat().st_size if log is not None and log.exists() else 0
         command = [sys.executable, "-m", "prefect", "server"]
         if self.options.role == "services":
             command += ["services", "start"]
         else:
+            check_exposure(self.options.host, env.get(SERVER_AUTH_ENV))
             command += ["start", "--host", self.options.host, "--port", str(self.options.port)]
             command += ["--ui" if self.options.ui else "--no-ui", "--analytics-off"]
             command += ["--no-services"] if self.options.role == "api" else []
+        self.options.home.mkdir(parents=True, exist_ok=True)
         self.child = ChildProcess(
-            self.name,
-            command,
-            env=env,
-            cwd=Path.cwd(),
-            log_path=self.options.log_path,
+            self.name, command, env=env, cwd=Path.cwd(), log_path=self.options.log_path
         )
         return self.child
 
     def wait_ready(self) -> None:
-        watch = [self.child] if self.child is not None else []
-        ready = (
-            self._services_started
-            if self.options.role == "services"
-            else lambda: _http_ok(f"{self.api_url}/health")
-        )
+        """Until ``/api/health`` answers (the services process: only that it has not exited)."""
+        backend = "PostgreSQL" if self.options.database_url else "SQLite"
         wait_until(
-            f"the {self.name} ({self.backend})",
-            ready,
+            f"the {self.name} ({backend})",
+            lambda: self.options.role == "services" or http_ok(f"{self.api_url}/health"),
             timeout=self.options.startup_timeout,
-            watch=watch,
+            watch=[self.child] if self.child is not None else [],
         )
-
-    def _services_started(self) -> bool:
-        """The services process has no endpoint; it says so in its log when it starts them."""
-        log = self.options.log_path
-        if log is None or not log.exists():
-            return False
-        with log.open("rb") as handle:
-            handle.seek(self._log_offset)
-            return b"Starting services" in handle.read()
 
     def start(self) -> None:
         self.launch()
@@ -176,14 +136,3 @@ class PrefectServer:
         if self.child is not None:
             self.child.stop()
             self.child = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+import httpx
 import psutil
 
 #: seconds a child gets to exit after SIGTERM (the worker cancels its flow runs in that time)
@@ -122,17 +123,13 @@ def run_to_completion(
         child.stop(grace_seconds=2)
         raise RuntimeError(f"{name} took longer than {timeout:.0f}s; see {log_path}") from None
     child.stop(grace_seconds=0)
-    output = _read_from(log_path, start)
+    with open(log_path, "rb") as handle:
+        handle.seek(start)
+        output = handle.read().decode("utf-8", errors="replace")
     if code != 0:
         tail = "\n".join(output.splitlines()[-30:])
         raise RuntimeError(f"{name} failed (exit code {code}):\n{tail}")
     return output
-
-
-def _read_from(path: Path, offset: int) -> str:
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        return handle.read().decode("utf-8", errors="replace")
 
 
 def wait_until(
@@ -154,3 +151,11 @@ def wait_until(
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
         time.sleep(interval)
+
+
+def http_ok(url: str, headers: Mapping[str, str] | None = None) -> bool:
+    """``GET url`` answers 200 (a readiness probe: any error is "not yet")."""
+    try:
+        return httpx.get(url, timeout=2.0, headers=headers).status_code == 200
+    except httpx.HTTPError:
+        return False

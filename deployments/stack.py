@@ -11,8 +11,9 @@ COMPLIANCE_STATE_DIR (no file is shared), and the token kept on the Prefect serv
 PostgreSQL, the document-link ledger, a table in the Prefect server's database).
 
 With ``redis_url`` Prefect keeps its messaging, event ordering and leases in Redis; with
-``api_replicas`` > 1 (PostgreSQL and Redis required) it runs as N API servers without services
-plus one process running the services, and the workers are spread over the replicas.
+``api_replicas`` > 1 (PostgreSQL and Redis required) it runs as N API servers without services,
+each a process on its own port, plus one process running the services, and the workers are
+spread over the replicas round-robin (``deployments/prefect_server.py``).
 
 Secrets reach flow runs only through the worker's environment, which the process worker hands
 to every flow run it starts; nothing secret is written to the Prefect database.
@@ -66,9 +67,9 @@ from deployments.auth import (
     url_host,
 )
 from deployments.automations import BLOCK_ENV, GRACE_ENV, WEBHOOK_ENV
-from deployments.database import parse_database_url, redact_text, redacted
+from deployments.database import parse_database_url, prepare_database, redact_text, redacted
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
-from deployments.processes import ChildProcess, run_to_completion, wait_until
+from deployments.processes import ChildProcess, http_ok, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.tls_proxy import TLSProxy, TLSProxyOptions, require_nginx
 
@@ -141,11 +142,6 @@ def auth_string_file(state_dir: Path) -> str:
     return secret_file(state_dir / AUTH_FILE_NAME, generate_auth_string)
 
 
-def _auth_string_from_environment() -> str | None:
-    """An operator's own PREFECT_SERVER_API_AUTH_STRING (checked in ``__post_init__``)."""
-    return os.environ.get(SERVER_AUTH_ENV)
-
-
 @dataclass
 class StackOptions:
     state_dir: Path = DEFAULT_STATE_DIR
@@ -177,7 +173,9 @@ class StackOptions:
     host: str = HOST
     #: Prefect's basic auth, USER:PASSWORD. Default: PREFECT_SERVER_API_AUTH_STRING from the
     #: environment if set, otherwise the string generated once into the state directory
-    auth_string: str | None = field(default_factory=_auth_string_from_environment, repr=False)
+    auth_string: str | None = field(
+        default_factory=lambda: os.environ.get(SERVER_AUTH_ENV), repr=False
+    )
     #: PEM certificate (chain) and key for host: the nginx TLS proxy in front of the API
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -241,7 +239,6 @@ class LocalStack:
         self.prefect_port = 0
         #: the Prefect server's own port: ``prefect_port`` unless it sits behind the TLS proxy
         self.server_port = 0
-        self.tls_proxy: TLSProxy | None = None
         self.sandbox_port = 0
         self.sandbox_gov_port = 0
         self.children: list[ChildProcess] = []
@@ -249,7 +246,6 @@ class LocalStack:
         self.replicas: list[PrefectServer] = []
         self.services: PrefectServer | None = None
         self.timings: dict[str, float] = {}
-        self.deploy_output = ""
         self.bootstrap_output = ""
 
     # ----------------------------------------------------------------------------- secrets
@@ -305,11 +301,6 @@ class LocalStack:
     @property
     def api_url(self) -> str:
         return f"{self.ui_url}/api"
-
-    def replica_of(self, worker: str) -> PrefectServer:
-        """The API server a worker (and its flow runs) talks to: spread round-robin."""
-        index = self.worker_names().index(worker) if worker in self.worker_names() else 0
-        return self.replicas[index % len(self.replicas)]
 
     @property
     def tls(self) -> bool:
@@ -408,8 +399,10 @@ class LocalStack:
         """The environment of one worker and of every flow run it starts."""
         env = self.prefect_env() | self.service_env() | CLIENT_RETRY_ENV
         env["PREFECT_WORKER_QUERY_SECONDS"] = f"{self.options.worker_poll_seconds:g}"
-        if len(self.replicas) > 1:
-            env.update(self.client_env(self.replica_of(name).api_url))
+        if len(self.replicas) > 1:  # spread round-robin over the API replicas
+            names = self.worker_names()
+            index = names.index(name) if name in names else 0
+            env.update(self.client_env(self.replicas[index % len(self.replicas)].api_url))
         if self.options.workers > 1:
             machine = self.state_dir / "workers" / name
             env["PREFECT_HOME"] = str(machine / "prefect")
@@ -436,6 +429,8 @@ class LocalStack:
             workers = [self.launch_worker(name) for name in self.worker_names()]
             self._timed("deploy", self.deploy)
             self._timed("workers", lambda: self.wait_for_workers(workers))
+            if failed := self.failed_children():  # e.g. the services process, never polled
+                raise RuntimeError(f"{failed[0].describe_exit()} while the stack started")
         except BaseException:
             self.stop()
             raise
@@ -468,13 +463,27 @@ class LocalStack:
         step()
         self.timings[name] = time.monotonic() - begin
 
-    def _python(self, *args: str) -> list[str]:
-        return [sys.executable, *args]
-
     def start_servers(self) -> None:
-        waits = [self.launch_sandbox(), self.launch_prefect_server()]
-        for wait in waits:
-            wait()
+        """The sandbox and the first Prefect server start together. Once that server is up
+        (the database migrated), the other API replicas and the services process start; with
+        TLS, nginx in front of the first server."""
+        if self.options.database_url is not None:
+            prepare_database(self.options.database_url)  # a DatabaseError before anything runs
+        wait_for_sandbox = self.launch_sandbox()
+        self.prefect_port = preferred_port(self.options.prefect_port, self.host)
+        self.server_port = free_port(HOST) if self.tls else self.prefect_port
+        split = self.options.api_replicas > 1
+        first = self._prefect_server(
+            self.server_port, "api" if split else "all", "prefect-server.log"
+        )
+        self.replicas = [first]
+        self.children.append(first.launch())
+        wait_for_sandbox()
+        first.wait_ready()
+        if self.tls:
+            self._start_tls_proxy()
+        if split:
+            self._start_the_rest()
 
     def launch_sandbox(self) -> Callable[[], None]:
         if not self.options.use_sandbox:
@@ -489,7 +498,8 @@ class LocalStack:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         child = ChildProcess(
             "sandbox",
-            self._python(
+            [
+                sys.executable,
                 "-m",
                 "sandbox",
                 "--host",
@@ -500,7 +510,7 @@ class LocalStack:
                 str(self.sandbox_gov_port),
                 "--log-level",
                 "warning",
-            ),
+            ],
             env=env,
             cwd=PROJECT_DIR,
             log_path=self.logs_dir / "sandbox.log",
@@ -508,7 +518,7 @@ class LocalStack:
         self.children.append(child)
         return lambda: wait_until(
             "the sandbox",
-            lambda: _http_ok(f"{self.sandbox_url}/_sandbox/health", headers),
+            lambda: http_ok(f"{self.sandbox_url}/_sandbox/health", headers),
             timeout=self.options.startup_timeout,
             watch=[child],
         )
@@ -516,49 +526,30 @@ class LocalStack:
     def _prefect_server(
         self, port: int, role: Literal["all", "api", "services"], log: str
     ) -> PrefectServer:
-        first = port == self.server_port or (not self.server_port and port == self.prefect_port)
+        """One Prefect process; the UI on the first only. Every one hands out the stack's API
+        address (the UI, notification links), the TLS proxy's when there is one."""
         return PrefectServer(
             PrefectServerOptions(
                 port=port,
                 home=self.state_dir / "prefect",
                 database_url=self.options.database_url,
-                ui=self.options.ui and first,
+                ui=self.options.ui and not self.replicas,
                 log_path=self.logs_dir / log,
                 startup_timeout=self.options.startup_timeout,
                 redis_url=self.options.redis_url,
                 role=role,
-                # behind the TLS proxy: loopback only, and the UI calls the proxy's address
-                host=HOST if self.tls else self.host,
+                host=HOST if self.tls else self.host,  # behind the TLS proxy: loopback only
                 auth_string=self.auth_string,
-                public_api_url=self.api_url if self.tls else None,
+                public_api_url=self.api_url,
             ),
             base_env=self.prefect_env(),
         )
 
-    def launch_prefect_server(self) -> Callable[[], None]:
-        """The first API server; with replicas, the others and the services process start once
-        it has migrated the database. With TLS, nginx in front of it once it is ready."""
-        self.prefect_port = preferred_port(self.options.prefect_port, self.host)
-        self.server_port = free_port(HOST) if self.tls else self.prefect_port
-        split = self.options.api_replicas > 1
-        first = self._prefect_server(
-            self.server_port, "api" if split else "all", "prefect-server.log"
-        )
-        self.replicas = [first]
-        self.children.append(first.launch())
-        if self.tls:
-            return self._start_behind_tls
-        return self._start_the_rest if split else first.wait_ready
-
-    def _start_behind_tls(self) -> None:
-        self.replicas[0].wait_ready()
-        self.start_tls_proxy()
-
-    def start_tls_proxy(self) -> None:
+    def _start_tls_proxy(self) -> None:
         """nginx on ``host:prefect_port`` in front of the first server (``tls_cert`` set)."""
         cert, key = self.options.tls_cert, self.options.tls_key
         assert cert is not None and key is not None
-        self.tls_proxy = TLSProxy(
+        proxy = TLSProxy(
             TLSProxyOptions(
                 listen_host=self.host,
                 listen_port=self.prefect_port,
@@ -569,14 +560,11 @@ class LocalStack:
                 startup_timeout=self.options.startup_timeout,
             )
         )
-        self.children.append(self.tls_proxy.launch())
-        self.tls_proxy.wait_ready()
+        self.children.append(proxy.launch())
+        proxy.wait_ready()
 
     def _start_the_rest(self) -> None:
-        self.replicas[0].wait_ready()
         self.services = self._prefect_server(0, "services", "prefect-services.log")
-        # links in notifications point at the first server's UI
-        self.services.options.env = {"PREFECT_UI_URL": self.ui_url}
         for number in range(2, self.options.api_replicas + 1):
             log = f"prefect-server-{number}.log"
             self.replicas.append(self._prefect_server(free_port(self.host), "api", log))
@@ -596,7 +584,7 @@ class LocalStack:
         )
         self.bootstrap_output = run_to_completion(
             "bootstrap",
-            self._python("-m", "deployments.bootstrap"),
+            [sys.executable, "-m", "deployments.bootstrap"],
             env=env,
             cwd=PROJECT_DIR,
             log_path=self.logs_dir / "bootstrap.log",
@@ -605,9 +593,9 @@ class LocalStack:
 
     def deploy(self) -> None:
         """``prefect deploy --all`` from the checkout, exactly as an operator runs it."""
-        self.deploy_output = run_to_completion(
+        run_to_completion(
             "prefect deploy --all",
-            self._python("-m", "prefect", "--no-prompt", "deploy", "--all"),
+            [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
             env=self.prefect_env(),
             cwd=PROJECT_DIR,
             log_path=self.logs_dir / "deploy.log",
@@ -622,18 +610,8 @@ class LocalStack:
         Path(env["PREFECT_HOME"]).mkdir(mode=0o700, parents=True, exist_ok=True)
         child = ChildProcess(
             name,
-            self._python(
-                "-m",
-                "prefect",
-                "worker",
-                "start",
-                "--pool",
-                WORK_POOL_NAME,
-                "--name",
-                name,
-                "--type",
-                "process",
-            ),
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", WORK_POOL_NAME]
+            + ["--name", name, "--type", "process"],
             env=env,
             cwd=PROJECT_DIR,
             log_path=log_path,
@@ -645,15 +623,12 @@ class LocalStack:
         return [child for child in self.children if child.name in self.worker_names()]
 
     def wait_for_workers(self, workers: list[ChildProcess]) -> None:
-        for worker in workers:
-            self.wait_for_worker(worker)
-
-    def wait_for_worker(self, worker: ChildProcess) -> None:
+        """Until each of ``workers`` is ONLINE on the Prefect server."""
         wait_until(
-            f"the worker {worker.name}",
-            lambda: self.worker_online(worker.name),
+            "the workers " + ", ".join(worker.name for worker in workers),
+            lambda: all(self.worker_online(worker.name) for worker in workers),
             timeout=self.options.startup_timeout,
-            watch=[worker],
+            watch=workers,
             interval=0.5,
         )
 
@@ -692,10 +667,3 @@ class LocalStack:
 
     def failed_children(self) -> list[ChildProcess]:
         return [child for child in self.children if not child.alive()]
-
-
-def _http_ok(url: str, headers: Mapping[str, str] | None = None) -> bool:
-    try:
-        return httpx.get(url, timeout=2.0, headers=headers).status_code == 200
-    except httpx.HTTPError:
-        return False

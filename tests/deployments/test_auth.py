@@ -174,7 +174,8 @@ def test_the_stacks_http_helpers_send_the_auth_string(
 def test_a_prefect_client_with_the_auth_string_reads_and_starts_runs(
     server: PrefectServer, deployment: str
 ) -> None:
-    run = asyncio.run(_read_and_start(server.client_env(), deployment))
+    env = {"PREFECT_API_URL": server.api_url, CLIENT_AUTH_ENV: AUTH}
+    run = asyncio.run(_read_and_start(env, deployment))
     assert run["deployment_id"] == deployment
 
 
