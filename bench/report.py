@@ -1,10 +1,5 @@
-"""bench/RESULTS.md from the raw runs in bench/runs.json: per benchmark one table.
-
-A row per measure, a column per side (the Prefect server's database, the plain baseline, the
-item count); each cell the median over the benchmark's last ``RECENT_RUNS`` runs, with the range
-when they differ. A target is judged on each run, met only on numbers that show it, never on a
-missing one (a side that failed or was not measured); the row's verdict counts the runs.
-"""
+"""bench/RESULTS.md from the raw runs in bench/runs.json: per benchmark one table, a row per
+measure, a column per side; a target judged on each run, never on a missing number."""
 
 from __future__ import annotations
 
@@ -424,9 +419,8 @@ def burst_rows(result: Result | None) -> list[Row]:
         }
         for measure, read, judged in BURST:
             values = {b: _burst_value(sides.get(b), bursts[b], read) for b in stacks}
-            values["ratio"] = (
-                _ratio(values["sqlite"], values["postgresql"]) if judged == ("wall",) else None
-            )
+            wall = judged == ("wall",)
+            values["ratio"] = _ratio(values["sqlite"], values["postgresql"]) if wall else None
             rows.append(_row(f"burst of {size}: {measure}", values))
             if judged and size == B.TARGET_SIZE:
                 rows[-1] |= {"target": targets[judged[0]], "verdict": _all_met(checks, judged)}
@@ -456,9 +450,7 @@ def burst_notes(result: Result) -> list[str]:
             if share > BUSY_MACHINE_SHARE:
                 notes.append(f"* {where}: **other processes used {share:.0%} of the cores**")
             errors = (run.get("traceback_errors") or {}).items()
-            notes += [
-                f"* {where}: {count} traceback(s) ending `{error}`" for error, count in errors
-            ]
+            notes += [f"* {where}: {n} traceback(s) ending `{error}`" for error, n in errors]
             notes += [
                 f"* {where}: run {r['name']} ended {r['state']} (runs: {r['run_count']}): "
                 + r["message"][:200]
@@ -473,27 +465,23 @@ def burst_notes(result: Result) -> list[str]:
 SECTIONS: dict[str, tuple[str, str, Callable[..., list[Row]], Callable[[Result], list[str]]]] = {
     "add_people": (
         "1. Bulk add-people: flow vs plain asyncio-httpx",
-        "The add-people flow against a Prefect server and a plain asyncio + httpx script (one "
-        "client, a semaphore of 8, 100 ids per call, one token) on the same 10,000 and 100,000 "
-        "ids, 100 ms of sandbox latency; fresh processes, the two alternating, 5 repeats. "
-        "Marginal cost ratio = (T_flow(big) - T_flow(small)) / (T_plain(big) - T_plain(small)).",
+        "The add-people flow vs a plain asyncio + httpx script on the same 10,000 and 100,000 ids "
+        "(100 ms sandbox latency, 5 alternating repeats). Marginal cost ratio = "
+        "(T_flow(big) - T_flow(small)) / (T_plain(big) - T_plain(small)).",
         add_people_rows,
         add_people_notes,
     ),
     "token_contention": (
         "2. Token contention: shared broker vs per-process minting",
-        "8 processes x 5 flow runs ask for the token at once and make 3 calls each: the shared "
-        "broker with the local store (a token file and lock) and the Prefect store (a Variable "
-        "and a lock on the server), against a naive client (a mint per process and per 401). "
-        "Token wait: inside the broker's `get_token`; task call: the wait + Prefect's task run.",
+        "8 processes x 5 flow runs ask for the token at once: the shared broker with the local "
+        "and the Prefect store against a naive client (a mint per process and per 401).",
         token_rows,
         token_notes,
     ),
     "streaming_reads": (
         "3. Streaming reads: time and memory at 10,000, 100,000 and 1,000,000 items",
-        "The event-log export and the knowledge-base freshness report against a plain httpx loop "
-        "over the same pages (httpx-events, httpx-kb): a fresh process per case, each flow right "
-        "after its baseline, 5 repeats (1 at 1,000,000); peak RSS growth during the run.",
+        "The event-log export and the freshness report against a plain httpx loop over the same "
+        "pages (httpx-events, httpx-kb), 5 repeats (1 at 1,000,000); peak RSS growth.",
         streaming_rows,
         lambda result: [],
     ),
@@ -507,9 +495,7 @@ SECTIONS: dict[str, tuple[str, str, Callable[..., list[Row]], Callable[[Result],
     "burst": (
         "5. Bursts of discovered vendors through the stack",
         "N vendors discovered at once on the `make serve` stack (1 worker on SQLite, 3 on "
-        "PostgreSQL and on the replicas): one `bridge-event-log` run, then the promote "
-        "deployment's debounced trigger (schedules off). Wall time: from the bridge run's "
-        "creation until every vendor is managed.",
+        "PostgreSQL and on the replicas), carried by the promote deployment's trigger.",
         burst_rows,
         burst_notes,
     ),
@@ -532,24 +518,20 @@ def render(entries: list[Result]) -> str:
     lines = [
         "# Benchmark results",
         "",
-        "Generated by `python -m bench` (bench/report.py) from the raw runs in "
-        "[runs.json](runs.json): do not edit. Each cell: the median over the benchmark's last "
-        f"{RECENT_RUNS} runs, with the range (min–max) when they differ; a / b cells part by "
-        "part. A target is judged on each run, never on a missing number; the verdict counts "
-        "the runs. Ratios and counts are the claims: times are of the machine under its load "
-        "at the time (docs/performance.md says what they mean).",
+        "Generated by `python -m bench` from [runs.json](runs.json): do not edit. Each cell: the "
+        f"median over the last {RECENT_RUNS} runs, with the range (min–max); a / b cells part by "
+        "part. A target is judged on each run, never on a missing number; the verdict counts the "
+        "runs. Ratios and counts are the claims (docs/performance.md says what they mean).",
         "",
-        "Rerun: `make bench` runs every benchmark (half an hour on 2 cores; give it an idle "
-        "machine) and appends each run to runs.json; `uv run --no-sync python -m bench --only "
-        "NAME` runs one (`--quick`: a smoke test, not numbers to quote; `--render-only`: only "
-        "rewrite this page).",
+        "Rerun: `make bench` (half an hour on 2 cores; give it an idle machine); `uv run "
+        "--no-sync python -m bench --only NAME` runs one (`--quick`: a smoke test; "
+        "`--render-only`: only rewrite this page).",
         "",
         "## SQLite vs PostgreSQL: the scale-out targets",
         "",
-        "The same `prefect server start` with the project's settings (for the burst the same "
-        "stack) on SQLite and on PostgreSQL in one run: only the database differs (and the "
-        "burst's workers). Tables 1, 2 and 5 show the two side by side; ratio = SQLite / "
-        "PostgreSQL (above 1: PostgreSQL is faster).",
+        "The same server (for the burst the same stack) on SQLite and on PostgreSQL in one run; "
+        "tables 1, 2 and 5 show them side by side; ratio = SQLite / PostgreSQL (above 1: "
+        "PostgreSQL is faster).",
         "",
         f"**Targets: {counts[MET]} met, {counts[MISSED]} missed, {counts[UNKNOWN]} not judged.**"
         + (f" Missed: {missed}." if missed else ""),
