@@ -218,7 +218,7 @@ def sandbox_process(
 @contextlib.contextmanager
 def fresh_database(backend: str) -> Iterator[str | None]:
     """``None`` for SQLite (the server keeps it in its home); for PostgreSQL a new database
-    ``compliance_flows_bench_<hex>`` with pg_trgm, dropped when the block ends (failure too)."""
+    ``compliance_flows_bench_<hex>``, dropped when the block ends (failure too)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
     if backend == "sqlite":

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -148,25 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     for name, default in (("--small", 20), ("--large", 200), ("--huge", 0), ("--repeats", 5)):
         parser.add_argument(name, type=int, default=default)
     args = parser.parse_args(argv)
-
-    from cryptography.fernet import Fernet
-
-    state = tempfile.mkdtemp(prefix="bench-streaming-state-")
-    env = {
-        **os.environ,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-        "COMPLIANCE_CLIENT_ID": common.TOKEN_REQUEST["client_id"],
-        "COMPLIANCE_CLIENT_SECRET": common.TOKEN_REQUEST["client_secret"],
-        "COMPLIANCE_APPLICATION_TYPE": "manage",
-        "COMPLIANCE_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode(),
-        "COMPLIANCE_STATE_DIR": state,
-        "COMPLIANCE_TOKEN_RATE_LIMIT_NAME": BENCH_TOKEN_LIMIT,
-    }
     rows: list[dict[str, Any]] = []
     with common.prefect_server() as server:
-        env["PREFECT_API_URL"] = server.api_url
-        env.update(common.prefect_client_env())  # and the server's auth string
+        state = tempfile.mkdtemp(prefix="bench-streaming-state-")
+        env = common.child_env("", server.api_url, state)  # the sandbox's URL: set per case
+        env["COMPLIANCE_TOKEN_RATE_LIMIT_NAME"] = BENCH_TOKEN_LIMIT
         common.upsert_limit(BENCH_TOKEN_LIMIT, limit=100, per_second=10.0)
         sizes = ((args.small, CASES, args.repeats), (args.large, CASES, args.repeats))
         for scale, cases, repeats in (*sizes, (args.huge, HUGE_CASES, 1)):
