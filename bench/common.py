@@ -11,7 +11,6 @@ import json
 import os
 import platform
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,12 +55,6 @@ def use_bytecode_cache(env: MutableMapping[str, str] | None = None) -> None:
     target["PYTHONPYCACHEPREFIX"] = str(
         Path(tempfile.gettempdir()) / "compliance-flows-bench-pycache"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ForeignCpu:
@@ -184,26 +177,22 @@ class SandboxProcess:
 
 
 @contextlib.contextmanager
-def sandbox_process(
-    *, scale: int = 1, latency_ms: float = 0.0, extra: list[str] | None = None
-) -> Iterator[SandboxProcess]:
+def sandbox_process(*, scale: int = 1, latency_ms: float = 0.0) -> Iterator[SandboxProcess]:
+    from deployments.processes import http_ok
+    from deployments.stack import free_port
+
     port, gov_port = free_port(), free_port()
     command = [sys.executable, "-m", "sandbox", "--port", str(port), "--gov-port", str(gov_port)]
     command += ["--scale", str(scale), "--latency-ms", str(latency_ms), "--log-level", "warning"]
-    command += extra or []
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     control = SandboxControl(url, timeout=120)
     try:
         deadline = time.monotonic() + 300
-        while True:
-            try:
-                httpx.get(f"{url}/_sandbox/health", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the sandbox ({' '.join(command)}) did not start") from None
-                time.sleep(0.1)
+        while not http_ok(f"{url}/_sandbox/health"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the sandbox ({' '.join(command)}) did not start")
+            time.sleep(0.1)
         yield SandboxProcess(url, process, control)
     finally:
         control.close()
@@ -267,6 +256,7 @@ def prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
 
     from deployments.auth import generate_auth_string
     from deployments.prefect_server import PrefectServer, PrefectServerOptions
+    from deployments.stack import free_port
 
     home = Path(tempfile.mkdtemp(prefix=f"compliance-bench-prefect-{backend}-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "COMPLIANCE_"))}
