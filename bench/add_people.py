@@ -29,7 +29,6 @@ MARGINAL_TARGETS = {"sqlite": 1.15, "postgresql": 1.10}
 BENCH_TOKEN_LIMIT = "bench-token-endpoint"
 
 
-# --------------------------------------------------------------------------- the two children
 def read_people(path: str) -> list[str]:
     with open(path, newline="", encoding="utf-8-sig") as handle:
         return [row["person_id"].strip() for row in csv.DictReader(handle)]
@@ -94,7 +93,6 @@ def child_main(mode: str, group: str, path: str, concurrency: str, base_url: str
     common.emit_result(outcome)
 
 
-# --------------------------------------------------------------------------- the orchestrator
 def write_people_file(directory: Path, people: list[str]) -> str:
     path = directory / f"people-{len(people)}.csv"
     path.write_text("person_id\n" + "\n".join(people) + "\n", encoding="utf-8")

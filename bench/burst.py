@@ -54,7 +54,6 @@ MAX_PROMOTION_RUNS = 3
 MAX_MINTS = 1
 
 
-# --------------------------------------------------------------------------- Prefect API
 class Api:
     """The few Prefect REST calls the burst needs, on a running ``LocalStack``: reads ride out a
     server that stalls or answers 503 (SQLite under a burst does both); writes go through
@@ -124,7 +123,6 @@ def all_final(runs: list[dict[str, Any]]) -> bool:
     return all(state_type(run) in FINAL for run in runs)
 
 
-# --------------------------------------------------------------------------- one burst
 def summarize_burst(
     size: int,
     vendors: list[str],

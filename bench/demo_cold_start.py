@@ -17,7 +17,6 @@ from typing import Any
 from bench import common
 
 
-# --------------------------------------------------------------------------- children
 async def _plain_calls(url: str, seed: dict[str, Any]) -> int:
     """Roughly the demo's writes: 4 promotions, 251 people x 2 groups, 3 account patches,
     3 questionnaires routed (2 patches each) and 2 approved, 3 document links."""
@@ -93,7 +92,6 @@ def phases_child() -> None:
     common.emit_result({key: round(value, 3) for key, value in timings.items()})
 
 
-# --------------------------------------------------------------------------- orchestrator
 def _env() -> dict[str, str]:
     from deployments.auth import generate_auth_string
 

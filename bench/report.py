@@ -17,6 +17,10 @@ from bench.streaming_reads import CASES, HUGE_RSS_GROWTH_MB, HUGE_TIME_RATIO, RA
 RECENT_RUNS = 5
 #: above this share of the cores used by other processes, a run is not comparable with others
 BUSY_MACHINE_SHARE = 0.05
+BUSY_MACHINE = (
+    " **The machine was busy: the flow slows far more than the plain script under load, so this "
+    "ratio is inflated** (docs/performance.md); run it again on an idle machine."
+)
 TOKEN_WAIT_P99_TARGET_MS = 1000.0
 ADD_PEOPLE_RATIO_TARGET = MARGINAL_TARGETS["postgresql"]
 MET, MISSED, UNKNOWN = "met", "**MISSED**", "not judged"
@@ -46,7 +50,6 @@ def recent(entries: list[Result], benchmark: str) -> list[Result]:
     return ([e for e in runs if not e.get("quick")] or runs)[-RECENT_RUNS:][::-1]
 
 
-# --------------------------------------------------------------------------- cells, verdicts
 def _number(value: Any) -> Any:
     """``value`` if it is a number, else None ("failed", "timed out", not measured)."""
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
@@ -153,24 +156,17 @@ def _last_line(text: Any) -> str:
     return lines[-1][:300] if lines else "?"
 
 
-# --------------------------------------------------------------------------- 1. add_people
 def foreign_cpu_note(foreign: Result | None) -> str:
     """Whether the machine was the benchmark's own: the flow pays for a busy one, the script not."""
     if not foreign:
         return ""
     share, database = foreign["share_of_cores"], foreign.get("database_seconds")
+    serving = "" if database is None else f", and PostgreSQL serving its database {database} s"
     line = (
         f"Other processes used {foreign['seconds']} s of CPU during the timed runs ({share:.1%} "
-        f"of the cores; the benchmark's own processes: {foreign['ours_seconds']} s"
-        + ("" if database is None else f", and PostgreSQL serving its database {database} s")
-        + ")."
+        f"of the cores; the benchmark's own processes: {foreign['ours_seconds']} s{serving})."
     )
-    if share > BUSY_MACHINE_SHARE:
-        line += (
-            " **The machine was busy: the flow slows far more than the plain script under load, "
-            "so this ratio is inflated** (docs/performance.md); run it again on an idle machine."
-        )
-    return line
+    return line + (BUSY_MACHINE if share > BUSY_MACHINE_SHARE else "")
 
 
 def _misses(side: Result) -> tuple[int, int, int] | None:
@@ -238,7 +234,6 @@ def add_people_notes(result: Result) -> list[str]:
     return notes
 
 
-# --------------------------------------------------------------------------- 2. token_contention
 #: (measure, read from a row, with the ratio SQLite / PostgreSQL); the token wait is inside the
 #: broker's ``get_token`` (the naive client's: its mints), the task call the wait + Prefect's
 TOKEN: list[tuple[str, Read, bool]] = [
@@ -286,7 +281,6 @@ def token_notes(result: Result) -> list[str]:
     return notes
 
 
-# --------------------------------------------------------------------------- 3. streaming_reads
 def streaming_rows(result: Result | None) -> list[Row]:
     """Per case and item count the repeats pooled; each flow's time against its baseline's, and
     the export from the large count to the huge one (memory by the largest growth)."""
@@ -329,15 +323,12 @@ def streaming_rows(result: Result | None) -> list[Row]:
     return rows
 
 
-# --------------------------------------------------------------------------- 4. demo_cold_start
 def demo_rows(result: Result | None) -> list[Row]:
     result, ok = result or {}, (result or {}).get("demo_exit_ok")
+    walls = (result.get("demo_wall_seconds"), result.get("plain_wall_seconds"))
     rows = [
         ("make demo / plain script, wall time", result.get("demo_to_plain_ratio")),
-        (
-            "wall time, make demo / plain script (s)",
-            (result.get("demo_wall_seconds"), result.get("plain_wall_seconds")),
-        ),
+        ("wall time, make demo / plain script (s)", walls),
         ("make demo exited 0", None if ok is None else "yes" if ok else "no"),
         ("share of the demo's wall time in start-up", result.get("startup_share_of_demo")),
         *((f"start-up phase: {k} (s)", v) for k, v in (result.get("phases_seconds") or {}).items()),
@@ -347,7 +338,6 @@ def demo_rows(result: Result | None) -> list[Row]:
     return table
 
 
-# --------------------------------------------------------------------------- 5. burst
 #: (measure, read from a burst, ``burst.target_checks`` keys that judge it at ``TARGET_SIZE``)
 BURST: list[tuple[str, Read, tuple[str, ...]]] = [
     ("wall time, bridge run created -> every vendor managed (s)", "wall_seconds", ("wall",)),
@@ -414,9 +404,7 @@ def burst_rows(result: Result | None) -> list[Row]:
     for size in [B.TARGET_SIZE, *sorted(sizes)]:
         bursts = {b: _burst_of(sides.get(b), size) for b in stacks}
         reference = (bursts["postgresql"] or {}).get("wall_seconds")
-        checks = {
-            b: B.target_checks(b, run, reference) if run else None for b, run in bursts.items()
-        }
+        checks = {b: run and B.target_checks(b, run, reference) for b, run in bursts.items()}
         for measure, read, judged in BURST:
             values = {b: _burst_value(sides.get(b), bursts[b], read) for b in stacks}
             wall = judged == ("wall",)
@@ -460,7 +448,6 @@ def burst_notes(result: Result) -> list[str]:
     return notes
 
 
-# --------------------------------------------------------------------------- the page
 #: per benchmark: its title, what it measures, its table's rows for one run, notes on a run
 SECTIONS: dict[str, tuple[str, str, Callable[..., list[Row]], Callable[[Result], list[str]]]] = {
     "add_people": (

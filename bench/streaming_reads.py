@@ -41,7 +41,6 @@ HUGE_RSS_GROWTH_MB = 30.0
 HUGE_TIME_RATIO = 11.0
 
 
-# --------------------------------------------------------------------------- measuring
 def rss_growth_mb(run: Callable[[], int]) -> tuple[int, float]:
     """``run()`` and the growth of this process's peak RSS meanwhile, sampled every 5 ms."""
     process, stop = psutil.Process(), threading.Event()
@@ -64,7 +63,6 @@ def rss_growth_mb(run: Callable[[], int]) -> tuple[int, float]:
     return result, (max(peak, process.memory_info().rss) - start) / 2**20
 
 
-# --------------------------------------------------------------------------- child cases
 async def _httpx_pages(base_url: str, path: str, limit_pages: int | None) -> int:
     """The baseline: follow endCursor with a bearer token, count items, keep nothing."""
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
@@ -126,7 +124,6 @@ def child(case: str, base_url: str, size: int) -> None:
     print(json.dumps({"items": items, "seconds": elapsed, "rss_growth_mb": growth}))
 
 
-# --------------------------------------------------------------------------- orchestration
 def _measure(case: str, sandbox: Any, size: int, env: dict[str, str]) -> dict[str, Any]:
     sandbox.control.reset()
     before = sandbox.control.stats()["route_counts"]

@@ -31,7 +31,6 @@ DATA_ROUTE = "/v1/knowledge-base/resources"
 CALLS_PER_RUN = 3
 
 
-# --------------------------------------------------------------------------- child processes
 #: while a probe run calls the token task: the durations of its broker ``get_token`` calls
 _broker_calls: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
     "bench_broker_calls", default=None
@@ -196,7 +195,6 @@ def launch(mode: str, processes: int, runs: int) -> None:
     print(json.dumps(reports))
 
 
-# --------------------------------------------------------------------------- orchestration
 def spawn(
     mode: str, processes: int, runs: int, env: dict[str, str], *, tolerate_errors: bool = False
 ) -> list[dict[str, Any]]:
