@@ -20,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -38,14 +39,12 @@ _broker_calls: contextvars.ContextVar[list[float] | None] = contextvars.ContextV
 
 
 def _time_broker_calls() -> None:
-    """Make ``TokenBroker.get_token`` record how long it took, in this (child) process only,
-    for the calls made while ``_broker_calls`` holds a list (inside the probe's token task)."""
+    """Make ``TokenBroker.get_token`` record how long it took in this child process, for the
+    calls made while ``_broker_calls`` holds a list (inside the probe's token task)."""
     from compliance_api.auth import AccessToken
     from compliance_api.tokens import TokenBroker
 
     original = TokenBroker.get_token
-    if getattr(original, "bench_timed", False):
-        return
 
     async def get_token(self: TokenBroker) -> AccessToken:
         calls = _broker_calls.get()
@@ -57,7 +56,6 @@ def _time_broker_calls() -> None:
         finally:
             calls.append(time.perf_counter() - started)
 
-    get_token.bench_timed = True  # type: ignore[attr-defined]
     TokenBroker.get_token = get_token  # type: ignore[method-assign]
 
 
@@ -102,16 +100,9 @@ async def _shared_child(runs: int) -> dict[str, Any]:
     started = time.perf_counter()
     outcomes = await asyncio.gather(*(one() for _ in range(runs)))
     lost = [outcome for outcome in outcomes if outcome is not None]
-    return {
-        "fingerprints": sorted(fingerprints),
-        "waits": waits,
-        "task_calls": task_calls,
-        "failures": 0,
-        "runs": runs,
-        "lost": len(lost),
-        "lost_reasons": lost[:5],
-        "elapsed_seconds": time.perf_counter() - started,
-    }
+    report = {"fingerprints": sorted(fingerprints), "waits": waits, "task_calls": task_calls}
+    report |= {"failures": 0, "runs": runs, "lost": len(lost), "lost_reasons": lost[:5]}
+    return report | {"elapsed_seconds": time.perf_counter() - started}
 
 
 async def _naive_child(runs: int) -> dict[str, Any]:
@@ -214,11 +205,9 @@ def spawn(
     if errors and not tolerate_errors:
         raise RuntimeError(f"{mode} children failed: {errors}\n{result.stderr[-3000:]}")
     for report in reports:
-        if "error" in report:
-            report.update(
-                fingerprints=[], waits=[], task_calls=[], failures=0, runs=runs, lost=runs
-            )
-            report["lost_reasons"] = [report["error"]]
+        if "error" in report:  # all its runs lost
+            report |= {"fingerprints": [], "waits": [], "task_calls": [], "failures": 0}
+            report |= {"runs": runs, "lost": runs, "lost_reasons": [report["error"]]}
         report["stdout"], report["stderr"] = result.stdout, result.stderr
     return reports
 
@@ -251,13 +240,6 @@ def busiest_window(samples: list[tuple[float, int]], seconds: float = 60.0) -> i
         inside = [count for moment, count in samples if 0 <= moment - start <= seconds]
         best = max(best, max(inside) - base)
     return best if len(samples) > 1 else 0
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
 def summarize(
@@ -299,30 +281,22 @@ def summarize(
 
 def _times(name: str, seconds: list[float]) -> dict[str, float | None]:
     """``{name}_p50_ms``, ``{name}_p99_ms`` and ``{name}_max_ms`` (None without values)."""
-    values = (
-        [statistics.median(seconds), percentile(seconds, 0.99), max(seconds)] if seconds else []
-    )
-    return {
-        f"{name}_{stat}_ms": round(values[i] * 1000, 1) if values else None
-        for i, stat in enumerate(("p50", "p99", "max"))
-    }
+    ordered = sorted(seconds)
+    if not ordered:
+        return dict.fromkeys((f"{name}_p50_ms", f"{name}_p99_ms", f"{name}_max_ms"))
+    p99 = ordered[round(0.99 * (len(ordered) - 1))]  # nearest rank
+    values = {"p50": statistics.median(ordered), "p99": p99, "max": ordered[-1]}
+    return {f"{name}_{stat}_ms": round(value * 1000, 1) for stat, value in values.items()}
 
 
 def child_env(sandbox_url: str, state_dir: str, fernet_key: str) -> dict[str, str]:
-    from bench.common import prefect_client_env
+    from bench.common import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, prefect_client_env
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPLIANCE_")}
-    return (
-        env
-        | prefect_client_env()
-        | {  # PREFECT_API_URL and the server's auth string
-            "COMPLIANCE_BASE_URL": sandbox_url,
-            "COMPLIANCE_CLIENT_ID": "demo-manage",
-            "COMPLIANCE_CLIENT_SECRET": "demo-manage-secret-not-real",
-            "COMPLIANCE_TOKEN_ENCRYPTION_KEY": fernet_key,
-            "COMPLIANCE_STATE_DIR": state_dir,
-        }
-    )
+    env |= prefect_client_env()  # PREFECT_API_URL and the server's auth string
+    env |= {"COMPLIANCE_BASE_URL": sandbox_url, "COMPLIANCE_STATE_DIR": state_dir}
+    env |= {"COMPLIANCE_CLIENT_ID": DEMO_CLIENT_ID, "COMPLIANCE_CLIENT_SECRET": DEMO_CLIENT_SECRET}
+    return env | {"COMPLIANCE_TOKEN_ENCRYPTION_KEY": fernet_key}
 
 
 def measure(
@@ -334,8 +308,6 @@ def measure(
     store: str | None = None,
 ) -> dict[str, Any]:
     """One row: the sandbox reset, ``processes`` children with ``runs`` flow runs each."""
-    import tempfile
-
     from cryptography.fernet import Fernet
 
     control = sandbox.control
