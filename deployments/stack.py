@@ -379,25 +379,22 @@ class LocalStack:
         env.update(self.client_env())
         return env
 
-    def service_env(self) -> dict[str, str]:
-        """The COMPLIANCE_* settings of flow runs: the sandbox's demo app, or the caller's."""
-        if not self.options.use_sandbox:
-            return {
-                name: value for name, value in os.environ.items() if name.startswith("COMPLIANCE_")
-            } | {"COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance")}
-        return {
-            "COMPLIANCE_BASE_URL": self.sandbox_url,
-            "COMPLIANCE_GOV_BASE_URL": self.sandbox_gov_url,
-            "COMPLIANCE_CLIENT_ID": DEMO_CLIENT_ID,
-            "COMPLIANCE_CLIENT_SECRET": DEMO_CLIENT_SECRET,
-            "COMPLIANCE_APPLICATION_TYPE": "manage",
-            "COMPLIANCE_TOKEN_ENCRYPTION_KEY": encryption_key(self.state_dir),
-            "COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance"),
-        }
-
     def worker_env(self, name: str = WORKER_NAME) -> dict[str, str]:
-        """The environment of one worker and of every flow run it starts."""
-        env = self.prefect_env() | self.service_env() | CLIENT_RETRY_ENV
+        """The environment of one worker and of every flow run it starts, with the COMPLIANCE_*
+        settings of the sandbox's demo app, or (``use_sandbox`` false) the caller's."""
+        env = self.prefect_env() | CLIENT_RETRY_ENV
+        if self.options.use_sandbox:
+            env.update(
+                COMPLIANCE_BASE_URL=self.sandbox_url,
+                COMPLIANCE_GOV_BASE_URL=self.sandbox_gov_url,
+                COMPLIANCE_CLIENT_ID=DEMO_CLIENT_ID,
+                COMPLIANCE_CLIENT_SECRET=DEMO_CLIENT_SECRET,
+                COMPLIANCE_APPLICATION_TYPE="manage",
+                COMPLIANCE_TOKEN_ENCRYPTION_KEY=encryption_key(self.state_dir),
+            )
+        else:  # the state directory stays the stack's
+            service = {n: v for n, v in os.environ.items() if n.startswith("COMPLIANCE_")}
+            env.update(service, COMPLIANCE_STATE_DIR=env["COMPLIANCE_STATE_DIR"])
         env["PREFECT_WORKER_QUERY_SECONDS"] = f"{self.options.worker_poll_seconds:g}"
         if len(self.replicas) > 1:  # spread round-robin over the API replicas
             names = self.worker_names()
