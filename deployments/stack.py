@@ -495,19 +495,8 @@ class LocalStack:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         child = ChildProcess(
             "sandbox",
-            [
-                sys.executable,
-                "-m",
-                "sandbox",
-                "--host",
-                self.host,
-                "--port",
-                str(self.sandbox_port),
-                "--gov-port",
-                str(self.sandbox_gov_port),
-                "--log-level",
-                "warning",
-            ],
+            [sys.executable, "-m", "sandbox", "--host", self.host, "--log-level", "warning"]
+            + ["--port", str(self.sandbox_port), "--gov-port", str(self.sandbox_gov_port)],
             env=env,
             cwd=PROJECT_DIR,
             log_path=self.logs_dir / "sandbox.log",
