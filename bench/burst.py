@@ -391,14 +391,8 @@ def bursts_on(backend: str, sizes: list[int], timeout: float) -> dict[str, Any]:
 
 def judge_replicas(results: dict[str, Any]) -> None:
     """The replicas' burst of ``TARGET_SIZE`` against the PostgreSQL one of the same run."""
-    reference = next(
-        (
-            b.get("wall_seconds")
-            for b in (results.get("postgresql") or {}).get("bursts") or []
-            if b.get("size") == TARGET_SIZE
-        ),
-        None,
-    )
+    bursts = (results.get("postgresql") or {}).get("bursts") or []
+    reference = next((b.get("wall_seconds") for b in bursts if b.get("size") == TARGET_SIZE), None)
     for burst in (results.get("replicas") or {}).get("bursts") or []:
         burst["targets"] = target_checks("replicas", burst, reference)
         if burst.get("size") == TARGET_SIZE and reference and burst.get("wall_seconds"):

@@ -52,9 +52,8 @@ def use_bytecode_cache(env: MutableMapping[str, str] | None = None) -> None:
     directory (this environment sets PYTHONDONTWRITEBYTECODE=1: docs/performance.md)."""
     target = os.environ if env is None else env
     target.pop("PYTHONDONTWRITEBYTECODE", None)
-    target["PYTHONPYCACHEPREFIX"] = str(
-        Path(tempfile.gettempdir()) / "compliance-flows-bench-pycache"
-    )
+    cache = Path(tempfile.gettempdir()) / "compliance-flows-bench-pycache"
+    target["PYTHONPYCACHEPREFIX"] = str(cache)
 
 
 class ForeignCpu:
@@ -265,21 +264,14 @@ def prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
     # a traceback when it is stopped while flushing events: noise, not a result
     env["PREFECT_SERVER_LOGGING_LEVEL"] = "CRITICAL"
     with fresh_database(backend) as database_url:
+        auth, log = generate_auth_string(), home / "server.log"
         options = PrefectServerOptions(
-            port=free_port(),
-            home=home,
-            database_url=database_url,
-            log_path=home / "server.log",
-            startup_timeout=180,
-            auth_string=generate_auth_string(),
+            free_port(), home, database_url, log_path=log, startup_timeout=180, auth_string=auth
         )
         server = PrefectServer(options, base_env=env)
         server.start()
         try:
-            settings = {
-                PREFECT_API_URL: server.api_url,
-                PREFECT_API_AUTH_STRING: options.auth_string,
-            }
+            settings = {PREFECT_API_URL: server.api_url, PREFECT_API_AUTH_STRING: auth}
             with temporary_settings(settings):
                 yield server
         finally:
@@ -331,21 +323,12 @@ def child_env(sandbox_url: str, api_url: str | None, state_dir: str) -> dict[str
     from cryptography.fernet import Fernet
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPLIANCE_", "PREFECT_"))}
-    env.update(
-        {
-            "COMPLIANCE_BASE_URL": sandbox_url,
-            "COMPLIANCE_CLIENT_ID": DEMO_CLIENT_ID,
-            "COMPLIANCE_CLIENT_SECRET": DEMO_CLIENT_SECRET,
-            "COMPLIANCE_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode(),
-            "COMPLIANCE_APPLICATION_TYPE": "manage",
-            "COMPLIANCE_STATE_DIR": state_dir,
-            "PREFECT_HOME": os.path.join(state_dir, "prefect-home"),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_CLI_PROMPT": "false",
-            "PREFECT_LOGGING_LEVEL": "WARNING",
-            "PYTHONPATH": str(REPO),
-        }
-    )
+    env |= {"COMPLIANCE_BASE_URL": sandbox_url, "COMPLIANCE_STATE_DIR": state_dir}
+    env |= {"COMPLIANCE_CLIENT_ID": DEMO_CLIENT_ID, "COMPLIANCE_CLIENT_SECRET": DEMO_CLIENT_SECRET}
+    env |= {"COMPLIANCE_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode()}
+    env |= {"PREFECT_HOME": os.path.join(state_dir, "prefect-home"), "PYTHONPATH": str(REPO)}
+    env |= {"COMPLIANCE_APPLICATION_TYPE": "manage", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    env["PREFECT_SERVER_ANALYTICS_ENABLED"] = env["PREFECT_CLI_PROMPT"] = "false"
     use_bytecode_cache(env)
     if api_url:
         env.update(prefect_client_env())  # the auth string of the server this process uses

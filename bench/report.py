@@ -207,9 +207,8 @@ def add_people_rows(result: Result | None) -> list[Row]:
 
     ratio = sides("summary.marginal_ratio")
     pg = _verdict(ratio["postgresql"], lambda v: v <= ADD_PEOPLE_RATIO_TARGET)
-    rows = [
-        _row("add-people: marginal cost ratio flow / plain", ratio, "<= 1.10 on PostgreSQL", pg)
-    ]
+    target = f"<= {ADD_PEOPLE_RATIO_TARGET:.2f} on PostgreSQL"
+    rows = [_row("add-people: marginal cost ratio flow / plain", ratio, target, pg)]
     for measure, read in ADD_PEOPLE:
         rows.append(_row(f"add-people: {measure}", sides(read)))
         if read is _misses:
@@ -227,10 +226,8 @@ def add_people_notes(result: Result) -> list[str]:
             continue
         target, ratio = MARGINAL_TARGETS[backend], _dig(side, "summary.marginal_ratio")
         verdict = _verdict(ratio, lambda v, t=target: v <= t)
-        note = foreign_cpu_note(side.get("foreign_cpu"))
-        notes.append(
-            f"* {label}: ratio {ratio}, this backend's target <= {target:g}: {verdict}. {note}"
-        )
+        note = f"{verdict}. {foreign_cpu_note(side.get('foreign_cpu'))}"
+        notes.append(f"* {label}: ratio {ratio}, this backend's target <= {target:g}: {note}")
     return notes
 
 

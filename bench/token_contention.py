@@ -33,9 +33,7 @@ CALLS_PER_RUN = 3
 
 
 #: while a probe run calls the token task: the durations of its broker ``get_token`` calls
-_broker_calls: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
-    "bench_broker_calls", default=None
-)
+_broker_calls = contextvars.ContextVar[list[float] | None]("bench_broker_calls", default=None)
 
 
 def _time_broker_calls() -> None:
