@@ -23,6 +23,8 @@ from typing import Any
 from bench import common
 
 CHUNK = 100
+CONCURRENCY = 8
+LATENCY_MS = 100.0
 ADD_PEOPLE_ROUTE = "POST /v1/groups/{groupId}/add-people"
 #: the marginal cost ratio each backend must stay under (PostgreSQL: the scale-out issue's)
 MARGINAL_TARGETS = {"sqlite": 1.15, "postgresql": 1.10}
@@ -82,12 +84,12 @@ async def flow_add_people(group: str, path: str, concurrency: int) -> dict[str, 
     }
 
 
-def child_main(mode: str, group: str, path: str, concurrency: str, base_url: str) -> None:
+def child_main(mode: str, group: str, path: str, base_url: str) -> None:
     started = time.perf_counter()
     if mode == "plain":
-        coro = plain_add_people(base_url, group, path, int(concurrency))
+        coro = plain_add_people(base_url, group, path, CONCURRENCY)
     else:
-        coro = flow_add_people(group, path, int(concurrency))
+        coro = flow_add_people(group, path, CONCURRENCY)
     outcome = asyncio.run(coro)
     outcome.update(peak_rss_mb=common.peak_rss_mb(), inside_seconds=time.perf_counter() - started)
     common.emit_result(outcome)
@@ -100,25 +102,19 @@ def write_people_file(directory: Path, people: list[str]) -> str:
 
 
 def _measure(
-    mode: str,
-    size: int,
-    people_file: str,
-    group: str,
-    concurrency: int,
-    sandbox: Any,
-    api_url: str,
-    no_bytecode_cache: bool = False,
+    mode: str, size: int, people_file: str, group: str, sandbox: Any, api: str, cold: bool = False
 ) -> dict[str, Any]:
-    idle_wait = common.wait_for_prefect_idle(api_url)
+    """One timed child; ``cold``: without a bytecode cache (every module compiled)."""
+    idle_wait = common.wait_for_prefect_idle(api)
     sandbox.control.reset()
     state_dir = tempfile.mkdtemp(prefix=f"bench-{mode}-")
-    env = common.child_env(sandbox.url, api_url if mode == "flow" else None, state_dir)
+    env = common.child_env(sandbox.url, api if mode == "flow" else None, state_dir)
     env["COMPLIANCE_TOKEN_RATE_LIMIT_NAME"] = BENCH_TOKEN_LIMIT
-    if no_bytecode_cache:  # an empty cache that is never written: every module is compiled
+    if cold:  # an empty cache that is never written
         env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-no-pycache-")
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     command = [sys.executable, "-m", "bench.add_people", "child", mode, group, people_file]
-    command += [str(concurrency), sandbox.url]
+    command.append(sandbox.url)
     run = common.run_child(command, env, control=sandbox.control, data_route=ADD_PEOPLE_ROUTE)
     stats = sandbox.control.stats()
     adds = stats["group_add_counts"].get(group, {})
@@ -157,12 +153,9 @@ def summarize(
         """The median wall time; after the first call: the (noisy) start-up left out."""
         chosen = [r for r in runs if (r["mode"], r["size"]) == (mode, size) and r["wall_seconds"]]
         if after_first_call:
-            chosen = [
-                r | {"wall_seconds": r["wall_seconds"] - r["first_call_seconds"]}
-                for r in chosen
-                if r["first_call_seconds"] is not None
-            ]
-        return median([r["wall_seconds"] for r in chosen])
+            chosen = [r for r in chosen if r["first_call_seconds"] is not None]
+        start = "first_call_seconds" if after_first_call else None
+        return median([r["wall_seconds"] - (r[start] if start else 0) for r in chosen])
 
     def startup(mode: str, key: str) -> float:
         return round(median([r[key] for r in runs if r["mode"] == mode and r[key] is not None]), 3)
@@ -187,20 +180,13 @@ def summarize(
     }
 
 
-def run(
-    sizes: list[int],
-    *,
-    concurrency: int = 8,
-    latency_ms: float = 100.0,
-    repeats: int = 1,
-    backend: str = "sqlite",
-) -> dict[str, Any]:
+def run(sizes: list[int], *, repeats: int = 1, backend: str = "sqlite") -> dict[str, Any]:
     scale = max(1, math.ceil(max(sizes) / 500))
     workdir = Path(tempfile.mkdtemp(prefix="bench-add-people-"))
     runs: list[dict[str, Any]] = []
     common.use_bytecode_cache()
     with (
-        common.sandbox_process(scale=scale, latency_ms=latency_ms) as sandbox,
+        common.sandbox_process(scale=scale, latency_ms=LATENCY_MS) as sandbox,
         common.prefect_server(backend) as server,
     ):
         api = server.api_url
@@ -214,26 +200,20 @@ def run(
         files = {size: write_people_file(workdir, people[:size]) for size in sizes}
         warm = write_people_file(workdir, people[:CHUNK])
         for mode in ("plain", "flow"):  # fills the bytecode cache and warms the server
-            _measure(mode, CHUNK, warm, group, concurrency, sandbox, api)
-        cold = _measure("flow", CHUNK, warm, group, concurrency, sandbox, api, True)
+            _measure(mode, CHUNK, warm, group, sandbox, api)
+        cold = _measure("flow", CHUNK, warm, group, sandbox, api, cold=True)
         with common.ForeignCpu(common.database_name(server.options.database_url)) as foreign:
             for repeat in range(repeats):
                 order = ("plain", "flow") if repeat % 2 == 0 else ("flow", "plain")
                 for size in sizes:
                     for mode in order:
-                        result = _measure(mode, size, files[size], group, concurrency, sandbox, api)
+                        result = _measure(mode, size, files[size], group, sandbox, api)
                         print(json.dumps(result), file=sys.stderr, flush=True)
                         runs.append(result)
+    config = {"sizes": sizes, "concurrency": CONCURRENCY, "latency_ms": LATENCY_MS}
+    config |= {"repeats": repeats, "sandbox_scale": scale, "backend": backend}
     return {
-        "config": {
-            "sizes": sizes,
-            "concurrency": concurrency,
-            "latency_ms": latency_ms,
-            "repeats": repeats,
-            "sandbox_scale": scale,
-            "backend": backend,
-            "marginal_target": MARGINAL_TARGETS[backend],
-        },
+        "config": config | {"marginal_target": MARGINAL_TARGETS[backend]},
         "runs": runs,
         "summary": summarize(runs, sizes, MARGINAL_TARGETS[backend]),
         "foreign_cpu": foreign.report(),
