@@ -1,11 +1,7 @@
 """Bursts of 40 and 400 discovered vendors through the ``make serve`` stack on SQLite (1
 worker), PostgreSQL (3) and PostgreSQL + Redis as 2 API replicas (3) (``python -m bench --only
-burst``; docs/performance.md says how a burst is driven and watched).
-
-Measured per burst: seconds from the bridge run's creation until every vendor is managed; once
-all is quiet, the promotion runs and their states, vendors managed twice or not at all, runs
-started again, "database is locked" and tracebacks in the logs, mints and 401s.
-``target_checks``: what the issues ask of a burst of 400.
+burst``; docs/performance.md says how a burst is driven and when it ends). ``target_checks``:
+what the issues ask of a burst of 400.
 """
 
 from __future__ import annotations
@@ -413,16 +409,9 @@ def run(
         except Exception:  # a backend that fails is a result, and the other still runs
             results[backend] = {"backend": backend, "error": traceback.format_exc()[-4000:]}
     judge_replicas(results)
-    return {
-        "config": {
-            "sizes": sizes,
-            "workers": {backend: WORKERS[backend] for backend in backends},
-            "timeout_seconds": timeout,
-            "settle_seconds": SETTLE_SECONDS,
-            "backends": backends,
-        },
-        "backends": results,
-    }
+    config = {"sizes": sizes, "workers": {b: WORKERS[b] for b in backends}, "backends": backends}
+    config |= {"timeout_seconds": timeout, "settle_seconds": SETTLE_SECONDS}
+    return {"config": config, "backends": results}
 
 
 if __name__ == "__main__":

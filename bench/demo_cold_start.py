@@ -22,7 +22,6 @@ async def _plain_calls(url: str, seed: dict[str, Any]) -> int:
     3 questionnaires routed (2 patches each) and 2 approved, 3 document links."""
     import httpx
 
-    calls = 0
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         grant = await http.post("/oauth/token", json=common.TOKEN_REQUEST)
         headers = {"Authorization": f"Bearer {grant.json()['access_token']}"}
@@ -50,8 +49,7 @@ async def _plain_calls(url: str, seed: dict[str, Any]) -> int:
             requests.append(("POST", f"/v1/documents/{document}/links", body))
         for method, path, body in requests:
             await http.request(method, path, json=body, headers=headers)
-            calls += 1
-    return calls
+    return len(requests)
 
 
 def plain_child() -> None:

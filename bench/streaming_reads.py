@@ -1,13 +1,9 @@
-"""Time and memory of the read flows at 10,000, 100,000 and 1,000,000 items, against a plain
-httpx loop over the same pages (``httpx-events``, ``httpx-kb``: keeping nothing).
+"""Time and memory of the read flows (``export``: the event-log export; ``freshness``: the
+knowledge-base freshness report) against a plain httpx loop over the same pages (``httpx-events``,
+``httpx-kb``), a fresh child process per case, each flow right after its baseline; a JSON line per
+run. ``--huge``: the export and its baseline once over 1,000,000 entries (a 4 GB sandbox).
 
     uv run --no-sync python -m bench.streaming_reads [--small 20 --large 200 --huge 2000]
-        [--repeats 5]
-
-A fresh child process per case (``export``: the event-log export; ``freshness``: the
-knowledge-base freshness report, events off), each flow right after its baseline; a JSON line
-per run: items, seconds, API calls and the growth of peak RSS over the RSS just before the run.
-``--huge``: the export and its baseline once over 1,000,000 entries (a sandbox of about 4 GB).
 """
 
 from __future__ import annotations
