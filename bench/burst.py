@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bench.common import DEMO_CLIENT_ID, ForeignCpu, database_name, fresh_database, fresh_redis
 from deployments.processes import wait_until
 
@@ -56,8 +58,6 @@ class Api:
     ``LocalStack.request`` (a timed-out write is an error: it may have landed)."""
 
     def __init__(self, stack: Any) -> None:
-        import httpx
-
         self.stack = stack
         self._ids: dict[str, str] = {}
         self._http = httpx.Client(
@@ -68,8 +68,6 @@ class Api:
         self._http.close()
 
     def read(self, method: str, path: str, body: Any = None) -> Any:
-        import httpx
-
         deadline = time.monotonic() + READ_PATIENCE_SECONDS
         while True:
             try:

@@ -68,12 +68,9 @@ async def _httpx_pages(base_url: str, path: str, limit_pages: int | None) -> int
         cursor: str | None = None
         items = pages = 0
         while limit_pages is None or pages < limit_pages:
-            params: dict[str, Any] = {"pageSize": 100}
-            if cursor:
-                params["pageCursor"] = cursor
+            params = {"pageSize": 100} | ({"pageCursor": cursor} if cursor else {})
             response = await http.get(path, params=params, headers=headers)
-            response.raise_for_status()
-            results = response.json()["results"]
+            results = response.raise_for_status().json()["results"]
             items += len(results["data"])
             pages += 1
             cursor = results["pageInfo"]["endCursor"]

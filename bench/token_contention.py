@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -298,12 +299,7 @@ def child_env(sandbox_url: str, state_dir: str, fernet_key: str) -> dict[str, st
 
 
 def measure(
-    mode: str,
-    processes: int,
-    runs: int,
-    sandbox: Any,
-    backend: str | None = None,
-    store: str | None = None,
+    mode: str, processes: int, runs: int, sandbox: Any, backend: str | None, store: str | None
 ) -> dict[str, Any]:
     """One row: the sandbox reset, ``processes`` children with ``runs`` flow runs each."""
     from cryptography.fernet import Fernet
@@ -336,8 +332,6 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> None:
-    import traceback
-
     from bench.common import BACKENDS, prefect_server, use_bytecode_cache
     from sandbox.runner import run_sandbox_in_thread
 
@@ -367,7 +361,8 @@ def main(argv: list[str] | None = None) -> None:
                 for store in (store for store in args.stores if store not in done):
                     print(json.dumps(failure | {"store": store}), flush=True)
         # the naive client never talks to Prefect: once, whatever the backends
-        print(json.dumps(measure("naive", args.processes, args.runs, sandbox)), flush=True)
+        naive = measure("naive", args.processes, args.runs, sandbox, None, None)
+        print(json.dumps(naive), flush=True)
 
 
 if __name__ == "__main__":
