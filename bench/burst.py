@@ -100,8 +100,7 @@ class Api:
         return dict(self.read("GET", f"/flow_runs/{flow_run_id}"))
 
     def pause_schedules(self, name: str, slug: str | None = None) -> None:
-        """Switch the deployment's active schedules off, or only the one called ``slug``
-        (Prefect deletes the future runs they had queued)."""
+        """The deployment's active schedules off, or only ``slug`` (their queued runs go too)."""
         deployment = self.read("GET", f"/deployments/name/{name}")
         for schedule in deployment.get("schedules") or []:
             if schedule.get("active") and slug in (None, schedule.get("slug")):
@@ -129,8 +128,7 @@ def summarize_burst(
     unauthorized: int,
     logs: dict[str, int],
 ) -> dict[str, Any]:
-    """The burst's outcome from its promotion runs, the sandbox's promotion calls per vendor
-    (``write_counts["add_to_managed"]``) and what the stack logged during the burst."""
+    """The burst's outcome: its promotion runs, the sandbox's promotion calls, the logs' counts."""
     states = Counter(state_type(run) for run in runs)
     return {
         "size": size,
@@ -217,8 +215,7 @@ LOG_NEEDLES = {
 
 
 def log_counts(logs_dir: Path) -> dict[str, int]:
-    """Signs of trouble in the stack's logs (server, workers and their flow runs). Prefect logs
-    its clients' retries of a busy server only at DEBUG, so these count what surfaced."""
+    """Signs of trouble in the stack's logs (Prefect logs its clients' retries only at DEBUG)."""
     counts = dict.fromkeys(LOG_NEEDLES, 0)
     for path in sorted(logs_dir.glob("*.log")):
         text = path.read_text(errors="replace")
@@ -233,8 +230,7 @@ def counts_since(before: dict[str, int], after: dict[str, int]) -> dict[str, int
 
 
 def traceback_errors(logs_dir: Path) -> Counter[str]:
-    """The error each traceback in the stack's logs ended with (its first unindented line),
-    so a traceback the burst did not cause (a server service failing on its own) shows as such."""
+    """The error each traceback in the stack's logs ended with (its first unindented line)."""
     errors: Counter[str] = Counter()
     for path in sorted(logs_dir.glob("*.log")):
         lines = path.read_text(errors="replace").splitlines()
@@ -288,9 +284,8 @@ def watch_burst(
 
 
 def drive(stack: Any, api: Api, control: Any, size: int, timeout: float) -> dict[str, Any]:
-    """Inject one burst into a running stack and watch it to its end. The bridge's schedule is
-    off (the one run started here carries the burst), and the promote deployment's catch-up (so
-    the trigger path is what is measured)."""
+    """Inject one burst into a running stack and watch it to its end; the bridge's schedule and
+    the promote deployment's catch-up off, so the one bridge run and the trigger carry it."""
     api.pause_schedules(BRIDGE)
     api.pause_schedules(PROMOTE, slug=CATCH_UP)
     wait_until(
@@ -345,8 +340,7 @@ def drive(stack: Any, api: Api, control: Any, size: int, timeout: float) -> dict
 
 
 def bursts_on(backend: str, sizes: list[int], timeout: float) -> dict[str, Any]:
-    """One stack on ``backend``, its bursts one after the other; the stack stopped and its
-    database dropped after. A burst that fails is a result; the next one still runs."""
+    """One stack on ``backend``, its bursts one after the other (a failed burst is a result)."""
     from deployments.stack import LocalStack, StackOptions
     from sandbox.control import SandboxControl
 

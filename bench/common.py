@@ -48,8 +48,7 @@ BYTECODE_DISABLED_BY_ENV = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
 
 
 def use_bytecode_cache(env: MutableMapping[str, str] | None = None) -> None:
-    """Let processes cache compiled bytecode, as any installed deployment does, in a private
-    directory (this environment sets PYTHONDONTWRITEBYTECODE=1: docs/performance.md)."""
+    """Let processes cache compiled bytecode, as installed deployments do, in a private place."""
     target = os.environ if env is None else env
     target.pop("PYTHONDONTWRITEBYTECODE", None)
     cache = Path(tempfile.gettempdir()) / "compliance-flows-bench-pycache"
@@ -151,8 +150,7 @@ def emit_result(result: dict[str, Any]) -> None:
 
 
 def upsert_limit(name: str, limit: int, per_second: float) -> None:
-    """A global concurrency limit on the Prefect server this process talks to: a benchmark's
-    token-endpoint bucket, so a run never waits for a slot the run before it took."""
+    """A global concurrency limit (a token-endpoint bucket) on the server this process uses."""
     import asyncio
 
     from prefect.client.orchestration import get_client
@@ -228,8 +226,7 @@ def fresh_database(backend: str) -> Iterator[str | None]:
 
 @contextlib.contextmanager
 def fresh_redis() -> Iterator[str]:
-    """redis://127.0.0.1:6379/N (or under ``REDIS_URL``) of an empty numbered database,
-    emptied again when the block ends (failure too)."""
+    """An empty numbered database of REDIS_URL (default redis://127.0.0.1:6379), emptied after."""
     import redis
 
     base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
@@ -247,10 +244,8 @@ def fresh_redis() -> Iterator[str]:
 
 @contextlib.contextmanager
 def prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
-    """``prefect server start`` on SQLite or on a fresh PostgreSQL database, the only difference
-    (every service, the project's server settings, as ``make serve``); while the block runs its
-    API and a basic-auth string generated for it are this process's settings
-    (``prefect_client_env`` hands both to children, which talk to it over HTTP)."""
+    """``prefect server start`` (as ``make serve``: every service, the project's settings) on
+    SQLite or a fresh PostgreSQL database; its API and auth string are this process's settings."""
     from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     from deployments.auth import generate_auth_string
@@ -279,8 +274,7 @@ def prefect_server(backend: str = "sqlite") -> Iterator[PrefectServer]:
 
 
 def prefect_client_env() -> dict[str, str]:
-    """PREFECT_API_URL and PREFECT_API_AUTH_STRING of the server this process talks to, for a
-    child's environment (empty without a configured server)."""
+    """PREFECT_API_URL and PREFECT_API_AUTH_STRING of this process's server, for a child."""
     from prefect.settings import get_current_settings
 
     api = get_current_settings().api
