@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import add_people, burst, demo_cold_start, report
 from bench.common import BACKENDS, REPO, machine, use_bytecode_cache
 
 BENCHMARKS = ("add_people", "token_contention", "streaming_reads", "demo_cold_start", "burst")
@@ -51,8 +51,6 @@ def _module(name: str, args: list[str], timeout: float) -> dict[str, Any]:
 
 def bench_add_people(quick: bool, repeats: int | None) -> dict[str, Any]:
     """The same benchmark with the Prefect server on each backend, one after the other."""
-    from bench import add_people
-
     sizes = [1_000, 10_000] if quick else [10_000, 100_000]
     backends: dict[str, Any] = {}
     for backend in BACKENDS:
@@ -80,14 +78,10 @@ def bench_streaming_reads(quick: bool, repeats: int | None) -> dict[str, Any]:
 
 
 def bench_demo_cold_start(quick: bool, repeats: int | None) -> dict[str, Any]:
-    from bench import demo_cold_start
-
     return demo_cold_start.run(repeats=1 if quick else repeats or 1)
 
 
 def bench_burst(quick: bool, repeats: int | None) -> dict[str, Any]:
-    from bench import burst
-
     return burst.run(sizes=[min(burst.SIZES)] if quick else list(burst.SIZES))
 
 

@@ -31,10 +31,9 @@ WORKERS = {"sqlite": 1, "postgresql": 3, "replicas": 3}
 API_REPLICAS = 2
 FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 #: the burst is over: every run final this long (vendors managed), or GIVE_UP_QUIET_SECONDS
-#: (vendors not managed: nothing will manage them), or DEFAULT_TIMEOUT_SECONDS after the bridge
+#: (vendors not managed: nothing will manage them), or ``run``'s timeout after the bridge
 SETTLE_SECONDS = 20.0
 GIVE_UP_QUIET_SECONDS = 120.0
-DEFAULT_TIMEOUT_SECONDS = 600.0
 #: the sandbox's counts are read this often (the wall time's resolution), the Prefect API less
 POLL_SECONDS = 0.5
 PREFECT_POLL_SECONDS = 1.0
@@ -388,10 +387,9 @@ def judge_replicas(results: dict[str, Any]) -> None:
 
 
 def run(
-    sizes: list[int] | None = None,
-    backends: list[str] | None = None,
-    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    sizes: list[int] | None = None, backends: list[str] | None = None, timeout: float = 600.0
 ) -> dict[str, Any]:
+    """Per stack its bursts; ``timeout``: per burst, from the bridge run's creation."""
     sizes = sorted(sizes or SIZES)
     backends = list(backends or STACKS)
     results: dict[str, Any] = {}

@@ -142,11 +142,6 @@ async def _naive_child(runs: int) -> dict[str, Any]:
     return report | {"elapsed_seconds": time.perf_counter() - started}
 
 
-def child(mode: str, runs: int) -> dict[str, Any]:
-    coroutine = _shared_child(runs) if mode == "shared" else _naive_child(runs)
-    return asyncio.run(coroutine)
-
-
 def launch(mode: str, processes: int, runs: int) -> None:
     """Import once (what a worker's flow-run process has imported before its flow starts), then
     fork ``processes`` children, each with its own broker and event loop."""
@@ -167,7 +162,8 @@ def launch(mode: str, processes: int, runs: int) -> None:
             os.close(read_end)
             code = 0
             try:
-                report: dict[str, Any] = child(mode, runs)
+                child = _shared_child(runs) if mode == "shared" else _naive_child(runs)
+                report: dict[str, Any] = asyncio.run(child)
             except BaseException as exc:  # reported to the launcher, which fails loudly
                 report, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
             with os.fdopen(write_end, "w") as out:
