@@ -141,9 +141,7 @@ def _measure(
     }
 
 
-def summarize(
-    runs: list[dict[str, Any]], sizes: list[int], target: float = MARGINAL_TARGETS["sqlite"]
-) -> dict[str, Any]:
+def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
     """Medians per (mode, size), the marginal ratio and the start-up costs."""
 
     def median(values: list[float]) -> float:
@@ -169,9 +167,7 @@ def summarize(
     }
     extra = fixed["flow"]["first_call_seconds"] - fixed["plain"]["first_call_seconds"]
     return {
-        "sizes": [small, big],
         "marginal_ratio": common.ratio(flow_delta, plain_delta),
-        "marginal_target": target,
         "marginal_ratio_after_first_call": common.ratio(*calls_deltas),
         "flow_marginal_seconds": round(flow_delta, 3),
         "plain_marginal_seconds": round(plain_delta, 3),
@@ -215,7 +211,7 @@ def run(sizes: list[int], *, repeats: int = 1, backend: str = "sqlite") -> dict[
     return {
         "config": config | {"marginal_target": MARGINAL_TARGETS[backend]},
         "runs": runs,
-        "summary": summarize(runs, sizes, MARGINAL_TARGETS[backend]),
+        "summary": summarize(runs, sizes),
         "foreign_cpu": foreign.report(),
         "no_bytecode_cache_flow_run": cold,
     }

@@ -52,9 +52,8 @@ MAX_MINTS = 1
 
 
 class Api:
-    """The few Prefect REST calls the burst needs, on a running ``LocalStack``: reads ride out a
-    server that stalls or answers 503 (SQLite under a burst does both); writes go through
-    ``LocalStack.request`` (a timed-out write is an error: it may have landed)."""
+    """The Prefect REST calls of a burst: reads ride out a server that stalls or answers 503
+    (SQLite under a burst does both); writes go through ``LocalStack.request`` (503s retried)."""
 
     def __init__(self, stack: Any) -> None:
         self.stack = stack
@@ -355,24 +354,22 @@ def bursts_on(backend: str, sizes: list[int], timeout: float) -> dict[str, Any]:
         options["api_replicas"] = API_REPLICAS if replicas else 1
         stack = LocalStack(StackOptions(state_dir=state_dir, **options))
         began = time.monotonic()
-        with stack:
+        with (
+            stack,
+            contextlib.closing(Api(stack)) as api,
+            contextlib.closing(SandboxControl(stack.sandbox_url, timeout=60)) as control,
+        ):
             side["stack_startup_seconds"] = round(time.monotonic() - began, 1)
-            api = Api(stack)
-            control = SandboxControl(stack.sandbox_url, timeout=60)
-            try:
-                for size in sizes:
-                    print(f"bench.burst: {backend}, {size} ...", file=sys.stderr, flush=True)  # noqa: T201
-                    try:
-                        burst = drive(stack, api, control, size, timeout)
-                    except Exception:
-                        burst = {"size": size, "error": traceback.format_exc()[-4000:]}
-                    burst["targets"] = target_checks(backend, burst)
-                    side["bursts"].append(burst)
-                    wall, met = burst.get("wall_seconds"), targets_met(burst["targets"])
-                    print(f"bench.burst: {wall} s, targets met: {met}", file=sys.stderr)
-            finally:
-                control.close()
-                api.close()
+            for size in sizes:
+                print(f"bench.burst: {backend}, {size} ...", file=sys.stderr, flush=True)
+                try:
+                    burst = drive(stack, api, control, size, timeout)
+                except Exception:
+                    burst = {"size": size, "error": traceback.format_exc()[-4000:]}
+                burst["targets"] = target_checks(backend, burst)
+                side["bursts"].append(burst)
+                wall, met = burst.get("wall_seconds"), targets_met(burst["targets"])
+                print(f"bench.burst: {wall} s, targets met: {met}", file=sys.stderr)
     return side
 
 
@@ -402,7 +399,3 @@ def run(
     config = {"sizes": sizes, "workers": {b: WORKERS[b] for b in backends}, "backends": backends}
     config |= {"timeout_seconds": timeout, "settle_seconds": SETTLE_SECONDS}
     return {"config": config, "backends": results}
-
-
-if __name__ == "__main__":
-    sys.exit("the benchmark: python -m bench --only burst")

@@ -62,7 +62,6 @@ class ForeignCpu:
 
     def __init__(self, database: str | None = None) -> None:
         self.database = database
-        self.database_seconds = 0.0
 
     def __enter__(self) -> ForeignCpu:
         self._database0 = _database_cpu(self.database)

@@ -162,11 +162,10 @@ def foreign_cpu_note(foreign: Result | None) -> str:
         return ""
     share, database = foreign["share_of_cores"], foreign.get("database_seconds")
     serving = "" if database is None else f", and PostgreSQL serving its database {database} s"
-    line = (
+    return (
         f"Other processes used {foreign['seconds']} s of CPU during the timed runs ({share:.1%} "
         f"of the cores; the benchmark's own processes: {foreign['ours_seconds']} s{serving})."
-    )
-    return line + (BUSY_MACHINE if share > BUSY_MACHINE_SHARE else "")
+    ) + (BUSY_MACHINE if share > BUSY_MACHINE_SHARE else "")
 
 
 def _misses(side: Result) -> tuple[int, int, int] | None:
@@ -231,8 +230,7 @@ def add_people_notes(result: Result) -> list[str]:
     return notes
 
 
-#: (measure, read from a row, with the ratio SQLite / PostgreSQL); the token wait is inside the
-#: broker's ``get_token`` (the naive client's: its mints), the task call the wait + Prefect's
+#: (measure, read from a row, with the ratio SQLite / PostgreSQL)
 TOKEN: list[tuple[str, Read, bool]] = [
     ("flow runs", "runs", False),
     ("wall time (s)", "wall_seconds", True),
@@ -279,8 +277,7 @@ def token_notes(result: Result) -> list[str]:
 
 
 def streaming_rows(result: Result | None) -> list[Row]:
-    """Per case and item count the repeats pooled; each flow's time against its baseline's, and
-    the export from the large count to the huge one (memory by the largest growth)."""
+    """The repeats pooled; each flow against its baseline, the export from large to huge."""
     runs: dict[tuple[str, int], list[Result]] = defaultdict(list)
     for row in (result or {}).get("rows") or []:
         if "case" in row:
@@ -382,8 +379,7 @@ def _all_met(checks: dict[str, Any], keys: tuple[str, ...]) -> str:
 
 
 def burst_rows(result: Result | None) -> list[Row]:
-    """Each measure per size (the targets' first) and stack; the targets judged on the burst of
-    ``TARGET_SIZE``, the replicas' wall against the PostgreSQL burst of the same run."""
+    """Each measure per size (the targets' first) and stack; the targets at ``TARGET_SIZE``."""
     sides = (result or {}).get("backends") or {}
     stacks = ["sqlite", "postgresql", *(["replicas"] if "replicas" in sides else [])]
     sizes = set(_dig(result, "config.sizes") or []) - {B.TARGET_SIZE}

@@ -89,9 +89,8 @@ async def _run_case(case: str, base_url: str, size: int, workdir: Path) -> int:
     if case == "export":
         from flows.event_log_export import export_event_log
 
-        result = await export_event_log(
-            output_dir=str(workdir / "export"), max_pages=pages, lock_name="bench-export"
-        )
+        out = str(workdir / "export")
+        result = await export_event_log(output_dir=out, max_pages=pages, lock_name="bench-export")
         return result.written
     if case == "freshness":
         from flows.knowledge_base import knowledge_base_freshness

@@ -186,8 +186,8 @@ def spawn(
 ) -> list[dict[str, Any]]:
     """Run ``processes`` children at once; their reports with the captured output. A failed
     child raises, unless ``tolerate_errors``: then all its runs count as lost."""
-    command = [sys.executable, "-m", "bench.token_contention", "launch", mode]
-    command += [str(processes), str(runs)]
+    command = [sys.executable, "-m", "bench.token_contention", "launch", mode, str(processes)]
+    command.append(str(runs))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if result.returncode != 0 and not tolerate_errors:
         failure = f"{mode} launcher failed ({result.returncode})"
