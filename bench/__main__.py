@@ -1,8 +1,6 @@
 """``make bench``: every benchmark against its plain baseline, in the same run; each run is
 appended to bench/runs.json and bench/RESULTS.md generated from it (bench/report.py).
 
-    uv run --no-sync python -m bench [--quick] [--only NAME ...] [--repeats N] [--render-only]
-
 PostgreSQL: the machine's (PGHOST, PGPORT, PGUSER, PGPASSWORD; default postgres@127.0.0.1:5432),
 a fresh database per benchmark; Redis: the machine's (REDIS_URL), an empty numbered database.
 ``--quick``: small sizes, a smoke test, recorded as quick.

@@ -1,10 +1,6 @@
-"""Bulk add-people: the Prefect flow vs a plain asyncio + httpx script, side by side
-(``python -m bench --only add_people``; ``child`` is a timed process).
-
-Both read the same CSV of person ids and send chunks of 100 to one group with the same
-concurrency and one token; fresh child processes, alternating, against one sandbox (reset between
-runs, 100 ms latency) and one Prefect server (SQLite or a fresh PostgreSQL database). Marginal
-cost ratio: (T_flow(big) - T_flow(small)) / (T_plain(big) - T_plain(small)).
+"""Bulk add-people: the Prefect flow vs a plain asyncio + httpx script on the same CSV of person
+ids, 100 per call, 8 in flight, one token; fresh alternating child processes against one sandbox
+(100 ms latency) and one Prefect server (``python -m bench --only add_people``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """What every benchmark shares: the sandbox in its own process, a Prefect server, child
-processes timed from the outside (so a child's wall time includes everything an operator pays
-for, and its peak RSS is its own), and the machine's description.
-"""
+processes timed from the outside (their wall time and peak RSS their own), the machine."""
 
 from __future__ import annotations
 

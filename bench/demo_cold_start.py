@@ -1,8 +1,5 @@
-"""Demo cold start: ``make demo`` (sandbox + temporary Prefect server + the main job) from a
-fresh interpreter, next to a plain httpx script that starts the same sandbox and makes the
-demo's writes; a third child times the start-up phases on their own (``python -m bench --only
-demo_cold_start``).
-"""
+"""Demo cold start: ``make demo`` from a fresh interpreter next to a plain httpx script that starts
+the same sandbox and makes the demo's writes, and its start-up phases timed on their own."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""Token contention: P processes x R concurrent flow runs asking for the token at once.
+"""Token contention: P processes x R concurrent flow runs asking for the token at once, per
+backend the shared broker once per token store, then once a naive client (a mint per process and
+per 401, no Prefect); a JSON line per row. ``spawn`` and ``child_env`` serve tests/runtime too.
 
     uv run --no-sync python -m bench.token_contention --processes 8 --runs 5
         [--backends sqlite postgresql] [--stores local prefect]
-
-Per backend a Prefect server and the shared broker once per token store, then once a naive client
-(a mint per process and per 401, no Prefect); a JSON line per row. Token wait (``wait_*``): inside
-the broker's ``get_token``; task call (``task_call_*``): the whole token task call, Prefect's task
-run included (docs/performance.md). ``spawn`` and ``child_env`` serve tests/runtime too.
 """
 
 from __future__ import annotations
