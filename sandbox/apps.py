@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 APP_TYPES = ("manage", "integration_private", "integration_public", "auditor")
 TIERS = ("commercial", "gov")
@@ -41,6 +41,33 @@ _AUDITOR_SCOPES = (
     "auditor-api.auditor:read",
     "auditor-api.auditor:write",
 )
+
+
+class Credentials(NamedTuple):
+    """A client id and its secret (a tuple: ``client_id, client_secret = app``)."""
+
+    client_id: str
+    client_secret: str
+
+
+# The built-in demo applications' credentials: fake, published, and written out only here.
+# Tests, the local stack and the benchmarks import them; the secret scan looks for them.
+DEMO_MANAGE = Credentials("demo-manage", "demo-manage-secret-not-real")
+DEMO_MANAGE_BASIC = Credentials("demo-manage-basic", "demo-manage-basic-secret-not-real")
+DEMO_PRIVATE = Credentials("demo-private", "demo-private-secret-not-real")
+DEMO_PUBLIC = Credentials("demo-public", "demo-public-secret-not-real")
+DEMO_AUDITOR = Credentials("demo-auditor", "demo-auditor-secret-not-real")
+DEMO_GOV_MANAGE = Credentials("demo-gov-manage", "demo-gov-manage-secret-not-real")
+DEMO_CREDENTIALS = (
+    DEMO_MANAGE,
+    DEMO_MANAGE_BASIC,
+    DEMO_PRIVATE,
+    DEMO_PUBLIC,
+    DEMO_AUDITOR,
+    DEMO_GOV_MANAGE,
+)
+#: the demo application's public redirect URI (authorization-code grant)
+DEMO_PUBLIC_REDIRECT_URI = "http://127.0.0.1:8765/callback"
 
 
 def default_allowed_scopes(app_type: str) -> tuple[str, ...]:
@@ -103,40 +130,22 @@ def demo_apps() -> list[Application]:
     """The built-in applications (fake credentials; documented in the README)."""
     return [
         Application(
-            "demo-manage",
-            "demo-manage-secret-not-real",
+            *DEMO_MANAGE,
             "manage",
             name="Demo manage app",
             entitlements=(ADVANCED_ENTITLEMENT,),
         ),
+        Application(*DEMO_MANAGE_BASIC, "manage", name="Demo manage app without entitlements"),
+        Application(*DEMO_PRIVATE, "integration_private", name="Demo private integration"),
         Application(
-            "demo-manage-basic",
-            "demo-manage-basic-secret-not-real",
-            "manage",
-            name="Demo manage app without entitlements",
-        ),
-        Application(
-            "demo-private",
-            "demo-private-secret-not-real",
-            "integration_private",
-            name="Demo private integration",
-        ),
-        Application(
-            "demo-public",
-            "demo-public-secret-not-real",
+            *DEMO_PUBLIC,
             "integration_public",
             name="Demo public integration",
-            redirect_uris=("http://127.0.0.1:8765/callback",),
+            redirect_uris=(DEMO_PUBLIC_REDIRECT_URI,),
         ),
+        Application(*DEMO_AUDITOR, "auditor", name="Demo auditor app"),
         Application(
-            "demo-auditor",
-            "demo-auditor-secret-not-real",
-            "auditor",
-            name="Demo auditor app",
-        ),
-        Application(
-            "demo-gov-manage",
-            "demo-gov-manage-secret-not-real",
+            *DEMO_GOV_MANAGE,
             "manage",
             tier="gov",
             name="Demo government-tier manage app",
