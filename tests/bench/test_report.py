@@ -29,6 +29,7 @@ from bench.report import (
     render,
 )
 from bench.streaming_reads import CASES
+from sandbox.apps import DEMO_MANAGE
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 MACHINE = {"cpus": 2, "ram_gb": 8.0, "python": "3.11", "prefect": "3.8", "httpx": "0.28"}
@@ -464,8 +465,8 @@ def test_token_rows_count_lost_runs_and_the_waits_of_the_runs_that_got_a_token()
     from bench.token_contention import summarize
 
     stats = {
-        "token_mints": {"demo-manage": 1},
-        "token_requests": {"demo-manage": 1},
+        "token_mints": {DEMO_MANAGE.client_id: 1},
+        "token_requests": {DEMO_MANAGE.client_id: 1},
         "unauthorized": 0,
         "status_counts": {"200": 10},
     }

@@ -14,6 +14,7 @@ from flows.add_people_to_groups import add_people_to_groups
 from flows.document_links import attach_document_links
 from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
+from sandbox.apps import DEMO_MANAGE
 from sandbox.runner import SandboxHandle
 from tests.fixtures.chaos import (
     ADD_PEOPLE,
@@ -116,8 +117,8 @@ async def test_token_endpoint_outage(
     state, summary = await run_flow(add_people_to_groups, group_ids=[group], person_ids=people)
     snapshot = stats(chaos_env)
     assert state.is_completed(), summary.headline()
-    assert snapshot["token_requests"]["demo-manage"] == 3  # 2 refused + 1 mint
-    assert snapshot["token_mints"] == {"demo-manage": 1}
+    assert snapshot["token_requests"][DEMO_MANAGE.client_id] == 3  # 2 refused + 1 mint
+    assert snapshot["token_mints"] == {DEMO_MANAGE.client_id: 1}
     assert snapshot["status_counts"].get(str(status)) == 2
     assert group_adds(chaos_env, group) == {person: 1 for person in people}
 
@@ -132,8 +133,8 @@ async def test_token_budget_spent_by_another_client_waits_for_retry_after(
 
     body = {
         "grant_type": "client_credentials",
-        "client_id": "demo-manage",
-        "client_secret": "demo-manage-secret-not-real",
+        "client_id": DEMO_MANAGE.client_id,
+        "client_secret": DEMO_MANAGE.client_secret,
         "scope": "service-api.all:read",
     }
     async with httpx.AsyncClient(base_url=chaos_env.url) as http:
@@ -144,7 +145,7 @@ async def test_token_budget_spent_by_another_client_waits_for_retry_after(
     snapshot = stats(chaos_env)
     assert state.is_completed(), summary.headline()
     assert snapshot["status_counts"].get("429", 0) >= 1
-    assert snapshot["token_mints"] == {"demo-manage": 6}
+    assert snapshot["token_mints"] == {DEMO_MANAGE.client_id: 6}
     assert group_adds(chaos_env, group) == {person: 1 for person in people}
 
 
@@ -188,7 +189,7 @@ async def test_token_revoked_mid_run(chaos_env: SandboxHandle, seed: dict[str, A
     def revoke_after_some_calls() -> None:
         while not revoked.is_set():
             if control.stats()["route_counts"].get(ADD_PEOPLE, 0) >= 4:
-                control.revoke("demo-manage")
+                control.revoke(DEMO_MANAGE.client_id)
                 revoked.set()
             revoked.wait(0.02)
 
@@ -203,7 +204,7 @@ async def test_token_revoked_mid_run(chaos_env: SandboxHandle, seed: dict[str, A
         watcher.join()
     snapshot = stats(chaos_env)
     assert snapshot["unauthorized"] >= 1, "the revocation must hit in-flight calls"
-    assert snapshot["token_mints"] == {"demo-manage": 2}
+    assert snapshot["token_mints"] == {DEMO_MANAGE.client_id: 2}
     assert state.is_completed(), summary.headline()
     assert group_adds(chaos_env, group) == {person: 1 for person in people}
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
+from deployments.stack import LocalStack, StackOptions
+from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.chaos import ADD_PEOPLE, slow
 from tests.fixtures.stack import (
@@ -91,7 +92,9 @@ def test_worker_killed_mid_run_is_marked_crashed_and_the_rerun_finishes(
     assert finished["type"] == "COMPLETED", finished
     # nobody lost, and the recovered run sent every person exactly once more (a harmless re-add)
     assert adds(control, group) == {person: before.get(person, 0) + 1 for person in people}
-    assert control.stats()["token_mints"] == {DEMO_CLIENT_ID: 1}, "the stored token is reused"
+    assert control.stats()["token_mints"] == {DEMO_MANAGE.client_id: 1}, (
+        "the stored token is reused"
+    )
     history = stack.request("GET", f"/flow_run_states/?flow_run_id={killed_run}").json()
     states = [state["type"] for state in history]
     assert "CRASHED" in states  # marked Crashed (no heartbeat), then scheduled again

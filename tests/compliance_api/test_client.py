@@ -43,6 +43,7 @@ from compliance_api.models import (
 from compliance_api.providers import StaticTokenProvider
 from compliance_api.retry import RetryNotice, RetryPolicy
 from compliance_api.settings import Settings
+from sandbox.apps import DEMO_MANAGE
 from tests.compliance_api import samples
 from tests.fixtures.fake_api import (
     BASE_URL,
@@ -830,8 +831,8 @@ def test_from_settings_uses_gov_base_url_timeout_and_retries(
     provider: InMemoryTokenProvider,
 ) -> None:
     settings = Settings(
-        client_id="demo-manage",
-        client_secret="demo-manage-secret-not-real",
+        client_id=DEMO_MANAGE.client_id,
+        client_secret=DEMO_MANAGE.client_secret,
         use_gov=True,
         gov_base_url="http://gov.test/",
         http_timeout_seconds=7,

@@ -29,11 +29,12 @@ from compliance_api.models import (
     TagRef,
 )
 from compliance_api.retry import RetryPolicy
+from sandbox.apps import DEMO_MANAGE, DEMO_MANAGE_BASIC
 from sandbox.runner import SandboxHandle
 from tests.fixtures.fake_api import InMemoryTokenProvider
 from tests.fixtures.lists import read_all
 
-CLIENT_ID = "demo-manage"
+CLIENT_ID = DEMO_MANAGE.client_id
 FAST = RetryPolicy(max_attempts=4, initial_wait=0.001, max_wait=0.005, max_retry_after=0.05)
 
 
@@ -238,7 +239,7 @@ async def test_approver_assignment_without_the_entitlement_is_a_clear_permission
     if approver is not None:
         approver = {**approver, "id": seed["people"][0]}
     async with ComplianceClient(
-        sandbox_url, manage_provider(sandbox_url, "demo-manage-basic"), retry_policy=FAST
+        sandbox_url, manage_provider(sandbox_url, DEMO_MANAGE_BASIC.client_id), retry_policy=FAST
     ) as basic:
         with pytest.raises(PermissionDeniedError) as caught:
             await basic.update_questionnaire(

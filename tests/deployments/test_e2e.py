@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 import pytest
 
 from deployments.resources import RERUN_DELAY_VARIABLE, RERUN_MAX_ATTEMPTS_VARIABLE
-from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
+from deployments.stack import LocalStack, StackOptions
+from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.stack import (
     ADD_TO_MANAGED,
@@ -233,7 +234,7 @@ def test_audit_log_events_drive_deployments_end_to_end(
     )
     assert stats["write_counts"]["questionnaire_approve"][questionnaire] == 1
     assert stats["write_counts"]["questionnaire_patch"][questionnaire] == 1
-    assert stats["token_mints"] == {DEMO_CLIENT_ID: 1}
+    assert stats["token_mints"] == {DEMO_MANAGE.client_id: 1}
     assert len(flow_runs(stack, RERUN)) == 3  # the rerun by hand's success starts nothing
 
     # Prefect's own Retry button on the failed promotion runs it again with the same
@@ -283,7 +284,7 @@ def test_a_burst_becomes_one_run_per_deployment_and_every_item_is_applied_once(
     assert {
         q: n for q, n in stats["questionnaire_approve"].items() if q in questionnaires
     } == dict.fromkeys(questionnaires, 1)
-    assert control.stats()["token_mints"] == {DEMO_CLIENT_ID: 1}
+    assert control.stats()["token_mints"] == {DEMO_MANAGE.client_id: 1}
 
 
 def automation_id(stack: LocalStack, name: str) -> str:

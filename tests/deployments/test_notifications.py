@@ -52,12 +52,12 @@ from deployments.automations import (
 from deployments.automations import NOTIFICATION_AUTOMATION_NAME as AUTOMATION_NAME
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.stack import LocalStack, StackOptions
+from sandbox.apps import DEMO_MANAGE
 from tests.fixtures.webhooks import DELIVERY_TIMEOUT, Receiver, webhook_receiver
 from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
 
 pytestmark = pytest.mark.timeout(300)
 
-DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"  # noqa: S105 - the sandbox's published demo
 #: the part of a webhook URL that is its secret (as in a Slack incoming-webhook URL)
 TOKEN = f"T0FAKE/B0FAKE/fake-webhook-token-{uuid.uuid4().hex}"
 #: a parameter value the notification must not repeat (parameters are never copied into it)
@@ -384,7 +384,7 @@ async def test_a_failed_write_run_notifies_the_webhook_and_a_read_run_does_not(
         assert post["_path"] == f"/services/{TOKEN}"  # the block sent to the secret URL...
         for raw in receiver.raw:  # ...and never put it, a secret or a parameter in the text
             text = raw.split(b"\n", 1)[1]
-            for secret in (TOKEN, DEMO_CLIENT_SECRET, PARAMETER_MARKER):
+            for secret in (TOKEN, DEMO_MANAGE.client_secret, PARAMETER_MARKER):
                 assert secret.encode() not in text
         print(f"notification delivered {delivered:.1f} s after bootstrap's step began")
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
+from deployments.stack import LocalStack, StackOptions
+from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.chaos import start_child
 from tests.fixtures.stack import (
@@ -116,7 +117,7 @@ def test_a_burst_survives_a_services_restart_and_a_rolling_restart(stack: LocalS
     counts = managed(control)
     assert set(counts) == vendors and set(counts.values()) == {1}, "each vendor managed once"
     stats = control.stats()
-    assert stats["token_mints"] == {DEMO_CLIENT_ID: 1} and stats["unauthorized"] == 0
+    assert stats["token_mints"] == {DEMO_MANAGE.client_id: 1} and stats["unauthorized"] == 0
     assert events_named(stack, "compliance.vendor_discovered", started) == BURST
     assert_no_secret_in_prefect_database(stack)
 

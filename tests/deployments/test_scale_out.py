@@ -32,8 +32,9 @@ import pytest
 from prefect.settings import temporary_settings
 
 from deployments.resources import CRASH_MAX_ATTEMPTS_VARIABLE
-from deployments.stack import DEMO_CLIENT_ID, LocalStack, StackOptions
+from deployments.stack import LocalStack, StackOptions
 from runtime.locks import LEASE_SECONDS, LockTimeoutError, hold_lock
+from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.chaos import child_env, kill_hard, start_child
 from tests.fixtures.stack import (
@@ -206,7 +207,7 @@ def test_a_burst_with_a_worker_killed_mid_way_loses_nothing(
     ]
     assert set(managed(control)) == vendors  # every vendor promoted
     stats = control.stats()
-    assert stats["token_mints"] == {DEMO_CLIENT_ID: 1}, "one token for all three machines"
+    assert stats["token_mints"] == {DEMO_MANAGE.client_id: 1}, "one token for all three machines"
     assert stats["unauthorized"] == 0
     assert any(crashed(stack, r) for r in runs), "the killed run crashed and was started again"
     # a run whose process died after it set the run Running, before its first heartbeat

@@ -10,6 +10,7 @@ from compliance_api.errors import InputError
 from flows.questionnaires import route_questionnaires
 from flows.rerun import rerun_failed_items
 from runtime.connection import forget_brokers
+from sandbox.apps import DEMO_MANAGE_BASIC
 from sandbox.runner import SandboxHandle
 from tests.fixtures.flows import run_flow, run_id
 from tests.fixtures.runs import api_calls, results_table
@@ -77,8 +78,8 @@ async def test_dry_run_sends_nothing(flows_env: SandboxHandle, seed: dict[str, A
 async def test_missing_entitlement_for_approver_fails_that_questionnaire(
     flows_env: SandboxHandle, seed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COMPLIANCE_CLIENT_ID", "demo-manage-basic")
-    monkeypatch.setenv("COMPLIANCE_CLIENT_SECRET", "demo-manage-basic-secret-not-real")
+    monkeypatch.setenv("COMPLIANCE_CLIENT_ID", DEMO_MANAGE_BASIC.client_id)
+    monkeypatch.setenv("COMPLIANCE_CLIENT_SECRET", DEMO_MANAGE_BASIC.client_secret)
     forget_brokers()
     ids = seed["questionnaires"][:2]
     state, summary = await run_flow(

@@ -13,6 +13,7 @@ from flows import rerun as rerun_module
 from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from runtime.connection import shared_broker
+from sandbox.apps import DEMO_MANAGE
 from sandbox.runner import SandboxHandle
 from tests.fixtures.flows import MAX_SENDS, run_flow, run_id
 from tests.fixtures.runs import artifacts_of, results_table
@@ -91,12 +92,11 @@ async def test_no_secret_in_results_artifacts_or_state(
         promote_discovered_vendors, discovered_vendor_ids=[seed["discovered_vendors"][0], "gone"]
     )
     token = (await shared_broker().get_token()).value.get_secret_value()
-    secret = "demo-manage-secret-not-real"
     texts = [summary.model_dump_json(), state.message or ""]
     for artifact in await artifacts_of(run_id(state)):
         texts += [str(artifact.data), artifact.description or ""]
     for text in texts:
-        assert secret not in text and token not in text
+        assert DEMO_MANAGE.client_secret not in text and token not in text
 
 
 async def test_retryable_only_sends_transient_failures_and_carries_the_rest(

@@ -33,12 +33,12 @@ from runtime.credentials import (
     load_run_settings,
     main,
 )
+from sandbox.apps import DEMO_MANAGE
 from sandbox.runner import SandboxHandle
 from tests.fixtures.credentials import credentials_block, demo_credentials
 from tests.fixtures.flows import run_flow, run_id
 from tests.fixtures.prefect import prefect_database_files
 from tests.fixtures.runs import artifacts_of, unique_name
-from tests.fixtures.sandbox import DEMO_MANAGE_CLIENT_ID, DEMO_MANAGE_CLIENT_SECRET
 from write_engine.outcomes import Outcome
 
 ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
@@ -72,7 +72,7 @@ def test_settings_are_checked_by_settings_and_errors_name_the_block_field(
         block.to_settings()
     message = str(error.value)
     assert "block 'prod' field source_id is required" in message
-    assert "COMPLIANCE_SOURCE_ID" not in message and DEMO_MANAGE_CLIENT_SECRET not in message
+    assert "COMPLIANCE_SOURCE_ID" not in message and DEMO_MANAGE.client_secret not in message
     # a flow's own source_id (the disconnect flow's parameter) goes over the block's
     assert block.to_settings(source_id="customer-1").source_id == "customer-1"
     scopes = demo_credentials(sandbox, scopes=["auditor-api.audit:read"])
@@ -112,11 +112,11 @@ async def test_a_write_flow_runs_on_the_block_credentials_alone(
     assert state.is_completed(), state.message
     assert summary.counts == {Outcome.SUCCEEDED: 2}
     stats = write_flow_env.control.stats()
-    assert stats["token_mints"] == {DEMO_MANAGE_CLIENT_ID: 1}
+    assert stats["token_mints"] == {DEMO_MANAGE.client_id: 1}
     assert stats["write_counts"]["add_to_managed"] == {vendor: 1 for vendor in ids}
     assert stats["route_counts"][ADD_TO_MANAGED] == 2
     await _assert_run_has_no_secret(run_id(state), summary)
-    assert caplog.records and DEMO_MANAGE_CLIENT_SECRET not in caplog.text
+    assert caplog.records and DEMO_MANAGE.client_secret not in caplog.text
 
 
 async def test_document_links_and_their_rerun_use_the_block(
@@ -135,7 +135,7 @@ async def test_document_links_and_their_rerun_use_the_block(
     assert rerun.is_failed() and rerun_summary.count(Outcome.FAILED) == 1
     assert again.is_completed() and again_summary.counts == {Outcome.SKIPPED: 1}
     stats = write_flow_env.control.stats()
-    assert stats["token_mints"] == {DEMO_MANAGE_CLIENT_ID: 1}
+    assert stats["token_mints"] == {DEMO_MANAGE.client_id: 1}
     assert stats["write_counts"]["document_link"] == {f"{link['document_id']} {link['url']}": 1}
 
 
@@ -169,7 +169,7 @@ async def test_a_source_id_on_a_manage_block_is_refused_naming_the_field(
     message = str(error.value)
     assert f"block {name!r} field source_id='customer-1' is only for integration_public" in message
     assert f"Compliance Credentials block {name!r}" in message
-    assert DEMO_MANAGE_CLIENT_SECRET not in message
+    assert DEMO_MANAGE.client_secret not in message
     stats = write_flow_env.control.stats()
     assert stats["route_counts"] == {} and stats["token_requests"] == {}
 
@@ -191,8 +191,8 @@ async def test_the_block_is_read_once_per_process(
         first, *others = await asyncio.gather(*(load_run_settings() for _ in range(5)))
         again = await load_run_settings()
         assert reads == 1
-        assert first.client_id == DEMO_MANAGE_CLIENT_ID and first.base_url == flow_env.url
-        assert first.client_secret.get_secret_value() == DEMO_MANAGE_CLIENT_SECRET
+        assert first.client_id == DEMO_MANAGE.client_id and first.base_url == flow_env.url
+        assert first.client_secret.get_secret_value() == DEMO_MANAGE.client_secret
         assert all(settings == first for settings in [*others, again])
         assert credentials_module._cached(name) is not None
 
@@ -211,13 +211,13 @@ async def test_the_secret_is_encrypted_in_the_prefect_database(
         assert files, "the test server's SQLite database must be found"
         data = b"".join(path.read_bytes() for path in files)
         assert name.encode() in data  # the row was written where we look
-        assert DEMO_MANAGE_CLIENT_SECRET.encode() not in data
+        assert DEMO_MANAGE.client_secret.encode() not in data
         async with get_client() as client:  # what the API serves by default: masked
             masked = await client.read_block_document(block_id, include_secrets=False)
-        assert DEMO_MANAGE_CLIENT_SECRET not in json.dumps(masked.data)
+        assert DEMO_MANAGE.client_secret not in json.dumps(masked.data)
         if "PREFECT_SERVER_ENCRYPTION_KEY" not in os.environ:
             stored = _decrypt_with_the_database_key(files[0], block_id)
-            assert stored["client_secret"] == DEMO_MANAGE_CLIENT_SECRET
+            assert stored["client_secret"] == DEMO_MANAGE.client_secret
     finally:
         await ComplianceCredentials.adelete(name)
 
@@ -230,9 +230,9 @@ def test_save_from_the_environment(
     try:
         assert main(["save", name]) == 0
         output = capsys.readouterr().out
-        assert f"block {name!r}" in output and DEMO_MANAGE_CLIENT_SECRET not in output
+        assert f"block {name!r}" in output and DEMO_MANAGE.client_secret not in output
         saved = ComplianceCredentials.load(name)
-        assert saved.client_secret.get_secret_value() == DEMO_MANAGE_CLIENT_SECRET
+        assert saved.client_secret.get_secret_value() == DEMO_MANAGE.client_secret
         assert saved.base_url == manage_env.url and saved.source_id is None
         assert main(["save", name]) == 2  # exists: only with --overwrite
         assert main(["save", name, "--overwrite"]) == 0
@@ -279,4 +279,4 @@ async def _assert_run_has_no_secret(flow_run_id: str, summary: Any) -> None:
         texts += [task_run.model_dump_json() for task_run in task_runs]
     texts += [f"{a.key} {a.description} {a.data!r}" for a in await artifacts_of(flow_run_id)]
     assert logs and len(texts) > 3
-    assert not [text for text in texts if DEMO_MANAGE_CLIENT_SECRET in text]
+    assert not [text for text in texts if DEMO_MANAGE.client_secret in text]

@@ -17,6 +17,7 @@ from compliance_api.tokens import (
 )
 from runtime.locks import LOCK_PREFIX, LockTimeoutError, hold_lock, limit_name
 from runtime.token_backends import TOKEN_LOCK_PREFIX, PrefectTokenLock
+from sandbox.apps import DEMO_MANAGE
 from tests.fixtures.tokens import make_broker, mints
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -111,4 +112,4 @@ async def test_a_broker_waiting_in_slices_asks_the_server_only_when_due(
     async with get_client() as client:
         limit = await client.read_global_concurrency_limit_by_name(limit_name(name))
     assert limit.active_slots == 0
-    assert mints(sandbox_reset, "demo-manage") == 0
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 0

@@ -16,10 +16,10 @@ from compliance_api.settings import load_settings
 from compliance_api.tokens import broker_from_settings
 from deployments.bootstrap import ensure_token_rate_limit
 from deployments.prefect_server import PrefectServer
+from sandbox.apps import DEMO_MANAGE
 from tests.fixtures.postgres import database_dump
 
 PROCESSES, RUNS = 8, 5
-CLIENT_SECRET = "demo-manage-secret-not-real"
 
 
 @pytest.mark.timeout(600)
@@ -35,7 +35,7 @@ async def test_eight_processes_five_runs_each_share_one_token(
     reports = spawn("shared", PROCESSES, RUNS, env)
 
     stats = sandbox_reset.control.stats()
-    assert stats["token_mints"] == {"demo-manage": 1}
+    assert stats["token_mints"] == {DEMO_MANAGE.client_id: 1}
     assert stats["unauthorized"] == 0
     assert len({fp for report in reports for fp in report["fingerprints"]}) == 1
     assert sum(len(report["waits"]) for report in reports) == PROCESSES * RUNS
@@ -43,14 +43,14 @@ async def test_eight_processes_five_runs_each_share_one_token(
     # Secret scan: the literal values never reach Prefect, the logs or the store's files.
     settings = load_settings(
         base_url=sandbox_reset.url,
-        client_id="demo-manage",
-        client_secret=CLIENT_SECRET,
+        client_id=DEMO_MANAGE.client_id,
+        client_secret=DEMO_MANAGE.client_secret,
         token_encryption_key=key,
         state_dir=tmp_path / "state",
     )
     token = await broker_from_settings(settings).get_token()  # read from the store, no mint
-    assert sandbox_reset.control.stats()["token_mints"] == {"demo-manage": 1}
-    secrets = [CLIENT_SECRET, token.value.get_secret_value()]
+    assert sandbox_reset.control.stats()["token_mints"] == {DEMO_MANAGE.client_id: 1}
+    secrets = [DEMO_MANAGE.client_secret, token.value.get_secret_value()]
     files = [Path(root) / name for root, _, names in os.walk(tmp_path / "state") for name in names]
     haystacks = [path.read_bytes() for path in files]
     haystacks.append(database_dump(str(postgres_prefect_server.options.database_url)))

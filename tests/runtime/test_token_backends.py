@@ -34,6 +34,7 @@ from runtime.token_backends import (
     PrefectTokenLock,
     PrefectVariableTokenStore,
 )
+from sandbox.apps import DEMO_MANAGE
 from tests.fixtures.tokens import SlidingWindowLimiter, call_api, make_broker, mints
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -114,7 +115,7 @@ async def test_two_machines_share_one_token_through_the_prefect_server(
     ]
     tokens = await asyncio.gather(*(call_api(sandbox_reset.url, b) for b in brokers * 10))
     assert len({token.fingerprint for token in tokens}) == 1
-    assert mints(sandbox_reset, "demo-manage") == 1
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 1
     stored = await Variable.aget(f"compliance-token-{brokers[0].key.slug}")
     assert isinstance(stored, str) and tokens[0].value.get_secret_value() not in stored
     assert await brokers[0].disconnect()  # client_credentials: deletes, no suspend

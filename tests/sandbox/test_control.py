@@ -14,6 +14,13 @@ import httpx
 import pytest
 
 from deployments.stack import free_port
+from sandbox.apps import (
+    DEMO_GOV_MANAGE,
+    DEMO_MANAGE,
+    DEMO_MANAGE_BASIC,
+    DEMO_PUBLIC,
+    DEMO_PUBLIC_REDIRECT_URI,
+)
 from sandbox.control import SandboxControlError
 from sandbox.data import Dataset
 from sandbox.runner import run_sandbox_in_thread
@@ -86,8 +93,8 @@ def test_token_outage_by_count_and_by_seconds(env: Env) -> None:
     env.control.advance_clock(10)
     assert env.oauth.client_credentials().status_code == 200
     # Outage failures happen before the limiter: 5 requests, but only 2 took budget.
-    assert env.stats()["token_requests"]["demo-manage"] == 5
-    assert env.stats()["token_mints"]["demo-manage"] == 2
+    assert env.stats()["token_requests"][DEMO_MANAGE.client_id] == 5
+    assert env.stats()["token_mints"][DEMO_MANAGE.client_id] == 2
     for _ in range(3):
         assert env.oauth.client_credentials().status_code == 200
 
@@ -165,8 +172,8 @@ def test_stats_count_requests_by_route_template_and_status(env: Env, api: Api) -
         EVENTS: 2,
     }
     assert stats["status_counts"] == {"200": 5, "401": 1}
-    assert stats["token_requests"] == {"demo-manage": 1}
-    assert stats["token_mints"] == {"demo-manage": 1}
+    assert stats["token_requests"] == {DEMO_MANAGE.client_id: 1}
+    assert stats["token_mints"] == {DEMO_MANAGE.client_id: 1}
     assert stats["group_add_counts"] == {group: {person: 3}}
     assert stats["unauthorized"] == 1
     assert set(stats["write_counts"]) == {
@@ -204,10 +211,10 @@ def test_apps_lists_the_demo_applications_with_fake_credentials(env: Env) -> Non
         "integration_public",
         "auditor",
     }
-    assert apps["demo-manage"]["entitlements"] == ["QuestionnaireAutomationAdvanced"]
-    assert apps["demo-manage-basic"]["entitlements"] == []
-    assert apps["demo-gov-manage"]["tier"] == "gov"
-    assert apps["demo-public"]["redirect_uris"] == ["http://127.0.0.1:8765/callback"]
+    assert apps[DEMO_MANAGE.client_id]["entitlements"] == ["QuestionnaireAutomationAdvanced"]
+    assert apps[DEMO_MANAGE_BASIC.client_id]["entitlements"] == []
+    assert apps[DEMO_GOV_MANAGE.client_id]["tier"] == "gov"
+    assert apps[DEMO_PUBLIC.client_id]["redirect_uris"] == [DEMO_PUBLIC_REDIRECT_URI]
     assert all(app["client_secret"].endswith("-not-real") for app in apps.values())
 
 

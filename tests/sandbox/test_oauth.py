@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -9,6 +10,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
+from sandbox.apps import DEMO_GOV_MANAGE, DEMO_MANAGE
 from tests.fixtures.sandbox_api import (
     AUDITOR,
     GOV,
@@ -49,7 +51,7 @@ MALFORMED_BY_MANAGE: dict[str, dict[str, Any]] = {
 UNATTRIBUTABLE: dict[str, dict[str, Any]] = {
     "no body": {"headers": JSON},
     "no body, no content type": {},
-    "invalid json": {"content": b'{"client_id": "demo-manage"', "headers": JSON},
+    "invalid json": {"content": json.dumps({"client_id": MANAGE[0]})[:-1], "headers": JSON},
     "json array": {"json": [MANAGE[0], MANAGE[1]]},
     "no client_id": {"json": {k: v for k, v in _MANAGE_GRANT.items() if k != "client_id"}},
     "client_id not a string": {"json": {**_MANAGE_GRANT, "client_id": 7}},
@@ -155,8 +157,8 @@ def test_sixth_token_request_in_a_minute_gets_429_with_retry_after(env: Env) -> 
     assert env.oauth.client_credentials(MANAGE_BASIC, MANAGE_SCOPE).status_code == 200
     env.control.advance_clock(retry_after)
     assert env.oauth.client_credentials().status_code == 200
-    assert env.stats()["token_requests"]["demo-manage"] == 7
-    assert env.stats()["token_mints"]["demo-manage"] == 6
+    assert env.stats()["token_requests"][DEMO_MANAGE.client_id] == 7
+    assert env.stats()["token_mints"][DEMO_MANAGE.client_id] == 6
 
 
 def test_token_budget_is_a_sliding_window(env: Env) -> None:
@@ -315,7 +317,7 @@ def test_consent_page_redirects_with_code_and_state(env: Env) -> None:
     "change, status",
     [
         ({"redirect_uri": "http://evil.example/cb"}, 400),
-        ({"client_id": "demo-manage"}, 400),
+        ({"client_id": DEMO_MANAGE.client_id}, 400),
         ({"scope": "service-api.all:read"}, 303),
         ({"response_type": "token"}, 303),
     ],
@@ -417,4 +419,4 @@ def test_gov_tier_has_its_own_applications_tokens_and_tenant(env: Env) -> None:
     gov_seed = env.sandbox.gov_control.seed()
     assert gov_seed["tier"] == "gov"
     assert not set(gov_seed["groups"]) & set(env.seed["groups"])
-    assert env.sandbox.gov_control.stats()["token_mints"] == {"demo-gov-manage": 1}
+    assert env.sandbox.gov_control.stats()["token_mints"] == {DEMO_GOV_MANAGE.client_id: 1}

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from sandbox.apps import DEMO_MANAGE
 from tests.fixtures.sandbox_api import MANAGE_BASIC, MANAGE_SCOPE, Api, Env
 from tests.sandbox import schemas
 
@@ -43,7 +44,7 @@ def test_questionnaire_status_can_be_set_to_each_settable_status(
     assert updated["status"] == status
     entry = updated["statusLog"][0]
     assert entry["status"] == status and entry["message"] is None
-    assert entry["updatedBy"]["id"] == "demo-manage"
+    assert entry["updatedBy"]["id"] == DEMO_MANAGE.client_id
     assert entry["updatedAt"] >= before["updatedDate"]
     assert updated["statusLog"][1:] == before["statusLog"]
 
@@ -475,7 +476,7 @@ def test_every_write_appends_an_audit_entry_by_the_application(env: Env, api: Ap
         "DOCUMENT_LINK_CREATED",
         "GROUP_PEOPLE_ADDED",
     ]
-    assert all(e["actor"] == {"id": "demo-manage", "type": "APPLICATION"} for e in written)
+    assert all(e["actor"] == {"id": DEMO_MANAGE.client_id, "type": "APPLICATION"} for e in written)
     assert [e["targets"][0]["type"] for e in written] == [
         "Questionnaire",
         "Questionnaire",

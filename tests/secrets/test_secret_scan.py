@@ -36,18 +36,12 @@ from typing import Any
 
 import pytest
 
+from sandbox.apps import DEMO_CREDENTIALS, DEMO_MANAGE
 from sandbox.runner import SandboxHandle
 from tests.fixtures.credentials import credentials_block
 from tests.fixtures.prefect import prefect_database_files
 
-DEMO_SECRETS = [
-    "demo-manage-secret-not-real",
-    "demo-manage-basic-secret-not-real",
-    "demo-private-secret-not-real",
-    "demo-public-secret-not-real",
-    "demo-auditor-secret-not-real",
-    "demo-gov-manage-secret-not-real",
-]
+DEMO_SECRETS = [app.client_secret for app in DEMO_CREDENTIALS]
 ADD_PEOPLE = "POST /v1/groups/{groupId}/add-people"
 #: a run of URL-safe characters at least as long as the shortest token
 _CANDIDATE = re.compile(rb"[A-Za-z0-9_\-]{20,}")
@@ -220,7 +214,7 @@ async def activity(flow_env: SandboxHandle, monkeypatch: pytest.MonkeyPatch) -> 
     def revoke_once() -> None:
         while not stop.is_set():
             if sandbox.control.stats()["route_counts"].get(ADD_PEOPLE, 0) >= 2:
-                sandbox.control.revoke("demo-manage")
+                sandbox.control.revoke(DEMO_MANAGE.client_id)
                 return
             stop.wait(0.02)
 
@@ -245,18 +239,18 @@ async def activity(flow_env: SandboxHandle, monkeypatch: pytest.MonkeyPatch) -> 
             discovered_vendor_ids=seed["discovered_vendors"][2:3], return_state=True
         )
     assert state.is_completed(), state.message
-    assert sandbox.control.stats()["token_mints"].get("demo-manage", 0) >= 2
+    assert sandbox.control.stats()["token_mints"].get(DEMO_MANAGE.client_id, 0) >= 2
     return sandbox
 
 
 # --------------------------------------------------------------------------- the tests
 def test_the_scanner_finds_planted_secrets() -> None:
     token = "A" * 10 + "tokenvalue_-" + "B" * 21  # 43 characters, like the sandbox's
-    secrets = Secrets(plain={"demo-manage-secret-not-real"}, tokens={token})
+    secrets = Secrets(plain={DEMO_MANAGE.client_secret}, tokens={token})
     # outside pytest's base temp, which the real scan covers
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
-        (root / "a.log").write_text(f"prefix{token}suffix and 'demo-manage-secret-not-real'")
+        (root / "a.log").write_text(f"prefix{token}suffix and '{DEMO_MANAGE.client_secret}'")
         (root / "clean.log").write_text("nothing " + token[:-1])
         report = Report()
         scan_files([root], secrets, report)

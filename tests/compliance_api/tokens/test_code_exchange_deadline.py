@@ -25,6 +25,7 @@ from compliance_api.oauth import (
     build_authorization_request,
 )
 from compliance_api.settings import Settings
+from sandbox.apps import DEMO_PUBLIC
 from tests.fixtures.tokens import (
     ManualClock,
     SlidingWindowLimiter,
@@ -53,7 +54,7 @@ def assert_asks_to_authorize_again(error: CodeExchangeDeadlineError, waiting_for
 async def test_a_busy_rate_limiter_fails_at_once_without_a_token_call(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     limiter = SlidingWindowLimiter()
     for _ in range(5):
         await limiter.acquire()  # the budget is spent: the next slot is ~61 s away
@@ -66,14 +67,14 @@ async def test_a_busy_rate_limiter_fails_at_once_without_a_token_call(
 
     assert time.monotonic() - started < 1.0
     assert_asks_to_authorize_again(caught.value, "rate limit")
-    assert token_requests(sandbox_reset, "demo-public") == 0
+    assert token_requests(sandbox_reset, DEMO_PUBLIC.client_id) == 0
     assert await broker.status() is None
 
 
 async def test_a_held_token_lock_is_waited_for_only_until_the_deadline(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     clock = ManualClock()
     broker = make_broker(settings, clock=clock)
     code, state, expected = await redirect_for(sandbox_reset, settings)
@@ -90,13 +91,13 @@ async def test_a_held_token_lock_is_waited_for_only_until_the_deadline(
 
     assert waited < 2.5  # the lock timeout is 180 s; the deadline cut it short
     assert_asks_to_authorize_again(caught.value, "token lock")
-    assert token_requests(sandbox_reset, "demo-public") == 0
+    assert token_requests(sandbox_reset, DEMO_PUBLIC.client_id) == 0
 
 
 async def test_a_retry_after_past_the_deadline_fails_at_once(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     oauth = OAuthClient(settings)
     for _ in range(5):  # another machine spent the application's budget at the service
         with pytest.raises(ReauthorizationRequiredError):
@@ -110,13 +111,13 @@ async def test_a_retry_after_past_the_deadline_fails_at_once(
 
     assert time.monotonic() - started < 1.0
     assert_asks_to_authorize_again(caught.value, "Retry-After")
-    assert token_requests(sandbox_reset, "demo-public") == 6  # 5 spent + the one 429
+    assert token_requests(sandbox_reset, DEMO_PUBLIC.client_id) == 6  # 5 spent + the one 429
 
 
 async def test_a_redirect_older_than_the_deadline_sends_nothing(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     code, state, expected = await redirect_for(sandbox_reset, settings)
     broker = make_broker(settings)
     arrived = broker_now() - timedelta(seconds=28)  # inside 30 s, but not inside the margin
@@ -127,18 +128,18 @@ async def test_a_redirect_older_than_the_deadline_sends_nothing(
         )
 
     assert_asks_to_authorize_again(caught.value, "30 s")
-    assert token_requests(sandbox_reset, "demo-public") == 0
+    assert token_requests(sandbox_reset, DEMO_PUBLIC.client_id) == 0
 
 
 async def test_a_recent_redirect_is_exchanged(make_settings: Any, sandbox_reset: Any) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     code, state, expected = await redirect_for(sandbox_reset, settings)
     broker = make_broker(settings)
     arrived = broker_now() - timedelta(seconds=10)
     token = await broker.connect(code, state, expected, received_at=arrived)
     status = await broker.status()
     assert status is not None and status.fingerprint == token.fingerprint
-    assert token_requests(sandbox_reset, "demo-public") == 1
+    assert token_requests(sandbox_reset, DEMO_PUBLIC.client_id) == 1
 
 
 @pytest.mark.parametrize(
@@ -152,18 +153,18 @@ async def test_a_recent_redirect_is_exchanged(make_settings: Any, sandbox_reset:
 async def test_a_bad_received_at_is_refused_before_any_request(
     make_settings: Any, sandbox_reset: Any, received_at: Any, problem: str
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     code, state, expected = await redirect_for(sandbox_reset, settings)
     with pytest.raises(InputError, match=problem) as caught:
         await make_broker(settings).connect(code, state, expected, received_at=received_at)
     assert caught.value.field == "received_at"
-    assert token_requests(sandbox_reset, "demo-public") == 0
+    assert token_requests(sandbox_reset, DEMO_PUBLIC.client_id) == 0
 
 
 async def test_exchange_code_sends_nothing_past_the_deadline_and_bounds_its_timeout(
     make_settings: Any,
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:

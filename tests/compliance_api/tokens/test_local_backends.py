@@ -27,9 +27,10 @@ from compliance_api.tokens import (
     TokenRecord,
     TokenStoreError,
 )
+from sandbox.apps import DEMO_MANAGE
 from tests.fixtures.tokens import SlidingWindowLimiter
 
-KEY = CustomerKey("commercial", "demo-manage")
+KEY = CustomerKey("commercial", DEMO_MANAGE.client_id)
 
 HOLDER = textwrap.dedent(
     """
@@ -39,7 +40,7 @@ HOLDER = textwrap.dedent(
 
     async def main():
         lock = LocalFileLock(Path(sys.argv[1]))
-        async with lock.hold(CustomerKey("commercial", "demo-manage"), wait_seconds=5):
+        async with lock.hold(CustomerKey(*sys.argv[2:4]), wait_seconds=5):
             print("held", flush=True)
             time.sleep(600)
 
@@ -50,7 +51,9 @@ HOLDER = textwrap.dedent(
 
 def start_holder(directory: Path) -> subprocess.Popen[str]:
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(directory)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, str(directory), KEY.tier, KEY.client_id],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     return holder
@@ -136,7 +139,7 @@ async def test_store_writes_only_ciphertext_with_private_permissions(tmp_path: P
     path = store.path_for(KEY)
     raw = path.read_bytes()
     assert b"access-value" not in raw and b"refresh-value" not in raw
-    assert b"demo-manage" not in path.name.encode()
+    assert DEMO_MANAGE.client_id not in path.name
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not [p for p in path.parent.iterdir() if p.suffix == ".tmp"]
     assert await store.delete(KEY) and not await store.delete(KEY)
@@ -152,7 +155,7 @@ def test_key_rotation_reads_old_records_and_rejects_unknown_keys() -> None:
         TokenCodec(MultiFernet([new])).decrypt(ciphertext, KEY)
     assert "access-value" not in str(caught.value)
     with pytest.raises(TokenStoreError, match="does not belong"):
-        rotated.decrypt(ciphertext, CustomerKey("gov", "demo-manage"))
+        rotated.decrypt(ciphertext, CustomerKey("gov", DEMO_MANAGE.client_id))
 
 
 async def test_sliding_window_with_max_wait_refuses_at_once_and_takes_no_slot() -> None:

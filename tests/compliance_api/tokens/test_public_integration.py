@@ -17,6 +17,7 @@ from compliance_api.oauth import (
 from compliance_api.settings import Settings
 from compliance_api.tokens import LocalFileTokenStore, NotConnectedError, TokenStoreError
 from compliance_api.tokens.keys import CustomerKey
+from sandbox.apps import DEMO_PUBLIC
 from tests.fixtures.tokens import (
     PUBLIC_REDIRECT,
     ManualClock,
@@ -54,40 +55,40 @@ async def connect(sandbox: Any, broker: Any, settings: Settings) -> None:
 
 
 def test_authorization_url_carries_state_and_customer(make_settings: Any) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     request = build_authorization_request(settings)
     assert request.url.startswith(f"{settings.base_url}/oauth/authorize?")
-    for part in ("client_id=demo-public", "source_id=acme", "response_type=code"):
+    for part in (f"client_id={DEMO_PUBLIC.client_id}", "source_id=acme", "response_type=code"):
         assert part in request.url
     assert f"state={request.state}" in request.url
     assert build_authorization_request(settings).state != request.state
 
 
 async def test_code_exchange_then_data_calls(make_settings: Any, sandbox_reset: Any) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     broker = make_broker(settings)
     await connect(sandbox_reset, broker, settings)
     await call_api(settings.base_url, broker, public_route(sandbox_reset))
     status = await broker.status()
     assert status is not None and status.has_refresh_token
-    assert mints(sandbox_reset, "demo-public") == 1
+    assert mints(sandbox_reset, DEMO_PUBLIC.client_id) == 1
 
 
 async def test_state_mismatch_aborts_before_any_request(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     request = build_authorization_request(settings)
     redirect = approve(sandbox_reset, settings, "forged-state")
     with pytest.raises(StateMismatchError, match="does not match"):
         await make_broker(settings).connect(redirect["code"], redirect["state"], request.state)
-    assert sandbox_reset.control.stats()["token_requests"].get("demo-public", 0) == 0
+    assert sandbox_reset.control.stats()["token_requests"].get(DEMO_PUBLIC.client_id, 0) == 0
 
 
 async def test_code_older_than_30_seconds_asks_for_reauthorization(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     request = build_authorization_request(settings)
     redirect = approve(sandbox_reset, settings, request.state)
     sandbox_reset.control.advance_clock(31)
@@ -97,13 +98,13 @@ async def test_code_older_than_30_seconds_asks_for_reauthorization(
 
 async def test_without_a_grant_the_error_says_how_to_connect(make_settings: Any) -> None:
     with pytest.raises(NotConnectedError, match="authorize-url"):
-        await make_broker(make_settings("demo-public")).get_token()
+        await make_broker(make_settings(DEMO_PUBLIC)).get_token()
 
 
 async def test_refresh_rotation_and_persistence_failure_fallback(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     clock = ManualClock()
     store = FlakyStore(settings.state_dir / "tokens")
     broker = make_broker(settings, store=store, clock=clock)
@@ -125,18 +126,18 @@ async def test_refresh_rotation_and_persistence_failure_fallback(
     assert second.fingerprint != first.fingerprint
     stored = await codec_view.status()
     assert stored is not None and stored.fingerprint == second.fingerprint
-    assert mints(sandbox_reset, "demo-public") == 3  # code exchange + two refreshes
+    assert mints(sandbox_reset, DEMO_PUBLIC.client_id) == 3  # code exchange + two refreshes
 
 
 async def test_a_grant_survives_secret_rotation_and_refreshes_with_the_new_secret(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    old = make_settings("demo-public")
+    old = make_settings(DEMO_PUBLIC)
     clock = ManualClock()
     old_broker = make_broker(old, clock=clock)
     await connect(sandbox_reset, old_broker, old)
     first = await call_api(old.base_url, old_broker, public_route(sandbox_reset))
-    new_secret = sandbox_reset.control.rotate_secret("demo-public")
+    new_secret = sandbox_reset.control.rotate_secret(DEMO_PUBLIC.client_id)
 
     # The customer's access token keeps working: rotation only affects new mints (spec §5.6).
     again = await call_api(old.base_url, old_broker, public_route(sandbox_reset))
@@ -146,24 +147,24 @@ async def test_a_grant_survives_secret_rotation_and_refreshes_with_the_new_secre
     sandbox_reset.control.advance_clock(3599)
     with pytest.raises(InvalidClientError, match="COMPLIANCE_CLIENT_SECRET") as caught:
         await old_broker.get_token()  # a refresh with the old secret is refused...
-    assert "demo-public-secret-not-real" not in str(caught.value)
+    assert DEMO_PUBLIC.client_secret not in str(caught.value)
     assert (await old_broker.status()) is not None  # ...and the stored grant is kept
 
-    new = make_settings("demo-public", client_secret=new_secret)
+    new = make_settings(DEMO_PUBLIC, client_secret=new_secret)
     new_broker = make_broker(new, clock=clock)  # same store, same customer key
     second = await call_api(new.base_url, new_broker, public_route(sandbox_reset))
     assert second.fingerprint != first.fingerprint
     status = await new_broker.status()
     assert status is not None and status.fingerprint == second.fingerprint
     assert status.has_refresh_token
-    assert mints(sandbox_reset, "demo-public") == 2  # the code exchange + one refresh
+    assert mints(sandbox_reset, DEMO_PUBLIC.client_id) == 2  # the code exchange + one refresh
     assert sandbox_reset.control.stats()["unauthorized"] == 0
 
 
 async def test_refresh_is_retried_through_a_token_endpoint_outage(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     clock = ManualClock()
     broker = make_broker(settings, clock=clock)
     await connect(sandbox_reset, broker, settings)
@@ -174,21 +175,22 @@ async def test_refresh_is_retried_through_a_token_endpoint_outage(
     await call_api(settings.base_url, broker, public_route(sandbox_reset))
 
     stats = sandbox_reset.control.stats()
-    assert stats["token_requests"]["demo-public"] == 4  # exchange + 2 failed + 1 good refresh
-    assert stats["token_mints"]["demo-public"] == 2
+    # the code exchange, 2 failed refreshes and 1 good one
+    assert stats["token_requests"][DEMO_PUBLIC.client_id] == 4
+    assert stats["token_mints"][DEMO_PUBLIC.client_id] == 2
 
 
 async def test_disconnect_cli_suspends_and_deletes(
     make_settings: Any, sandbox_reset: Any, monkeypatch: pytest.MonkeyPatch, fernet_key: str
 ) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     broker = make_broker(settings)
     await connect(sandbox_reset, broker, settings)
     token = await call_api(settings.base_url, broker, public_route(sandbox_reset))
     for name, value in {
         "BASE_URL": settings.base_url,
-        "CLIENT_ID": "demo-public",
-        "CLIENT_SECRET": "demo-public-secret-not-real",
+        "CLIENT_ID": DEMO_PUBLIC.client_id,
+        "CLIENT_SECRET": DEMO_PUBLIC.client_secret,
         "APPLICATION_TYPE": "integration_public",
         "SOURCE_ID": "acme",
         "REDIRECT_URI": PUBLIC_REDIRECT,

@@ -29,6 +29,7 @@ from compliance_api.tokens import (
 )
 from compliance_api.tokens.factory import local_lock, local_store
 from compliance_api.tokens.lock import TokenLock
+from sandbox.apps import DEMO_MANAGE
 from tests.fixtures.tokens import SlidingWindowLimiter, make_broker, mints
 
 #: a short slice, so the tests that wait for the lock poll quickly (no assertion on time)
@@ -117,7 +118,7 @@ async def test_other_processes_adopt_a_stored_token_without_taking_the_lock(
     assert {token.fingerprint for token in tokens} == {stored.fingerprint}
     assert [lock.asked for _, lock, _ in others] == [0] * 8  # no process queued for the lock
     assert [store.reads for _, _, store in others] == [1] * 8  # one read per process
-    assert mints(sandbox_reset, "demo-manage") == 1
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 1
 
 
 async def test_a_waiter_adopts_the_token_the_holder_stores_without_ever_taking_the_lock(
@@ -137,7 +138,7 @@ async def test_a_waiter_adopts_the_token_the_holder_stores_without_ever_taking_t
     assert token.fingerprint == minted
     assert lock.held == 0
     assert store.reads >= 2  # the read before the lock, and the reads between its tries
-    assert mints(sandbox_reset, "demo-manage") == 1  # the holder's mint only
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 1  # the holder's mint only
 
 
 async def test_a_rejected_token_is_never_adopted_from_the_store(
@@ -162,7 +163,8 @@ async def test_a_rejected_token_is_never_adopted_from_the_store(
     fresh = await again.replace_token(token)
     assert fresh.fingerprint not in (token.fingerprint, rejected.fingerprint)
     assert (lock.asked, lock.held) == (1, 1)
-    assert mints(sandbox_reset, "demo-manage") == 3  # first, elsewhere, and this replacement
+    # the first, the one elsewhere, and this replacement
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 3
 
 
 async def test_the_wait_for_the_lock_is_still_bounded(
@@ -176,7 +178,7 @@ async def test_the_wait_for_the_lock_is_still_bounded(
             await waiter.get_token()
     assert lock.asked >= 2 and lock.held == 0  # asked in slices, never obtained
     assert store.reads == lock.asked  # once before the lock, then after each slice but the last
-    assert mints(sandbox_reset, "demo-manage") == 0
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 0
 
 
 async def test_callers_of_one_process_share_one_renewal(
@@ -187,7 +189,7 @@ async def test_callers_of_one_process_share_one_renewal(
     assert len({token.fingerprint for token in tokens}) == 1
     assert (lock.asked, lock.held) == (1, 1)
     assert store.reads == 2  # before the lock and under it
-    assert mints(sandbox_reset, "demo-manage") == 1
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 1
 
 
 async def test_a_failed_renewal_is_retried_by_one_of_its_waiters(
@@ -200,7 +202,7 @@ async def test_a_failed_renewal_is_retried_by_one_of_its_waiters(
     assert len(errors) == 1 and isinstance(errors[0], ConfigurationError)
     assert len(tokens) == 9 and len({token.fingerprint for token in tokens}) == 1
     assert lock.held == 2  # the failed renewal, then one more for all the others
-    assert mints(sandbox_reset, "demo-manage") == 1
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 1
 
 
 async def test_a_waiter_that_is_cancelled_does_not_cancel_the_renewal(
@@ -214,4 +216,4 @@ async def test_a_waiter_that_is_cancelled_does_not_cancel_the_renewal(
     token = await renewing
     assert token.fingerprint and waiting.cancelled()
     assert (await broker.get_token()).fingerprint == token.fingerprint
-    assert lock.held == 1 and mints(sandbox_reset, "demo-manage") == 1
+    assert lock.held == 1 and mints(sandbox_reset, DEMO_MANAGE.client_id) == 1

@@ -10,6 +10,7 @@ import pytest
 from compliance_api.errors import InvalidClientError, InvalidScopeError
 from compliance_api.oauth import OAuthClient
 from compliance_api.tokens import CustomerKey, LocalFileTokenStore
+from sandbox.apps import DEMO_GOV_MANAGE, DEMO_MANAGE
 from tests.fixtures.tokens import ManualClock, call_api, make_broker, mints
 
 
@@ -20,7 +21,7 @@ async def test_concurrent_callers_of_two_brokers_cause_one_mint(
     first, second = make_broker(settings), make_broker(settings)  # two "processes"
     tokens = await asyncio.gather(*(b.get_token() for b in [first, second] * 10))
     assert len({token.fingerprint for token in tokens}) == 1
-    assert mints(sandbox_reset, "demo-manage") == 1
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 1
 
 
 async def test_revoked_token_while_twenty_runs_are_busy_is_replaced_once(
@@ -29,14 +30,14 @@ async def test_revoked_token_while_twenty_runs_are_busy_is_replaced_once(
     settings = make_settings()
     brokers = [make_broker(settings) for _ in range(4)]
     await asyncio.gather(*(call_api(settings.base_url, b) for b in brokers))
-    assert mints(sandbox_reset, "demo-manage") == 1
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 1
 
-    sandbox_reset.control.revoke("demo-manage")  # as if someone else minted
+    sandbox_reset.control.revoke(DEMO_MANAGE.client_id)  # as if someone else minted
     results = await asyncio.gather(
         *(call_api(settings.base_url, brokers[i % 4]) for i in range(20))
     )
 
-    assert mints(sandbox_reset, "demo-manage") == 2  # the first one, and exactly one more
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 2  # the first one, and exactly one more
     assert len({token.fingerprint for token in results}) == 1
     assert 1 <= sandbox_reset.control.stats()["unauthorized"] <= 20
 
@@ -57,7 +58,7 @@ async def test_token_is_renewed_before_expiry_without_a_failed_call(
     third = await call_api(settings.base_url, broker)
 
     assert first.fingerprint != second.fingerprint == third.fingerprint
-    assert mints(sandbox_reset, "demo-manage") == 2
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 2
     assert sandbox_reset.control.stats()["unauthorized"] == 0
 
 
@@ -70,7 +71,7 @@ async def test_margin_is_configurable(make_settings: Any, sandbox_reset: Any) ->
     assert (await broker.get_token()).fingerprint == first.fingerprint
     clock.advance(90)
     assert (await broker.get_token()).fingerprint != first.fingerprint
-    assert mints(sandbox_reset, "demo-manage") == 2
+    assert mints(sandbox_reset, DEMO_MANAGE.client_id) == 2
 
 
 async def test_secret_rotation_names_the_setting_and_discards_old_tokens(
@@ -79,11 +80,11 @@ async def test_secret_rotation_names_the_setting_and_discards_old_tokens(
     old = make_settings()
     broker = make_broker(old)
     stale = await call_api(old.base_url, broker)
-    new_secret = sandbox_reset.control.rotate_secret("demo-manage")
+    new_secret = sandbox_reset.control.rotate_secret(DEMO_MANAGE.client_id)
 
     with pytest.raises(InvalidClientError, match="COMPLIANCE_CLIENT_SECRET") as caught:
         await broker.replace_token(stale)
-    assert "demo-manage-secret-not-real" not in str(caught.value)
+    assert DEMO_MANAGE.client_secret not in str(caught.value)
 
     rotated = make_broker(make_settings(client_secret=new_secret))
     before = sandbox_reset.control.stats()["unauthorized"]
@@ -102,7 +103,7 @@ async def test_invalid_scope_is_reported_with_the_setting(make_settings: Any) ->
 async def test_gov_tier_tokens_are_stored_and_used_per_tier(
     make_settings: Any, sandbox_reset: Any
 ) -> None:
-    commercial, gov = make_settings(), make_settings("demo-gov-manage")
+    commercial, gov = make_settings(), make_settings(DEMO_GOV_MANAGE)
     assert gov.api_base_url == sandbox_reset.gov_url
     commercial_token = await call_api(commercial.base_url, make_broker(commercial))
     gov_token = await call_api(gov.api_base_url, make_broker(gov))
@@ -115,6 +116,6 @@ async def test_gov_tier_tokens_are_stored_and_used_per_tier(
     # The gov app cannot mint on the commercial tier: nothing ever crossed over.
     commercial_stats = sandbox_reset.control.stats()
     gov_stats = sandbox_reset.gov_control.stats()
-    assert commercial_stats["token_mints"] == {"demo-manage": 1}
-    assert gov_stats["token_mints"] == {"demo-gov-manage": 1}
+    assert commercial_stats["token_mints"] == {DEMO_MANAGE.client_id: 1}
+    assert gov_stats["token_mints"] == {DEMO_GOV_MANAGE.client_id: 1}
     assert commercial_stats["unauthorized"] == gov_stats["unauthorized"] == 0

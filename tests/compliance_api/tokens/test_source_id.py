@@ -16,12 +16,13 @@ from compliance_api.cli import main as cli_main
 from compliance_api.errors import ConfigurationError
 from compliance_api.settings import ApplicationType, load_settings
 from compliance_api.tokens import CustomerKey
+from sandbox.apps import DEMO_AUDITOR, DEMO_MANAGE, DEMO_PRIVATE, DEMO_PUBLIC
 from tests.fixtures.tokens import make_broker, token_requests
 
 CLIENT_CREDENTIALS_APPS = {
-    "manage": "demo-manage",
-    "integration_private": "demo-private",
-    "auditor": "demo-auditor",
+    "manage": DEMO_MANAGE,
+    "integration_private": DEMO_PRIVATE,
+    "auditor": DEMO_AUDITOR,
 }
 
 
@@ -30,8 +31,8 @@ def test_source_id_is_refused_for_client_credentials_apps(
     make_settings: Any, app_type: str
 ) -> None:
     with pytest.raises(ConfigurationError) as caught:
-        client_id = CLIENT_CREDENTIALS_APPS[app_type]
-        make_settings(client_id, application_type=app_type, source_id="acme")
+        app = CLIENT_CREDENTIALS_APPS[app_type]
+        make_settings(app, application_type=app_type, source_id="acme")
     message = str(caught.value)
     assert "COMPLIANCE_SOURCE_ID" in message
     assert app_type in message and "integration_public" in message
@@ -41,8 +42,8 @@ def test_source_id_is_refused_for_client_credentials_apps(
 def test_source_id_from_the_environment_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    monkeypatch.setenv("COMPLIANCE_CLIENT_ID", "demo-manage")
-    monkeypatch.setenv("COMPLIANCE_CLIENT_SECRET", "demo-manage-secret-not-real")
+    monkeypatch.setenv("COMPLIANCE_CLIENT_ID", DEMO_MANAGE.client_id)
+    monkeypatch.setenv("COMPLIANCE_CLIENT_SECRET", DEMO_MANAGE.client_secret)
     monkeypatch.setenv("COMPLIANCE_SOURCE_ID", "acme")
     monkeypatch.chdir(tmp_path)  # no .env
     with pytest.raises(ConfigurationError, match="COMPLIANCE_SOURCE_ID='acme'.*manage"):
@@ -55,11 +56,11 @@ def test_a_blank_source_id_counts_as_unset(make_settings: Any) -> None:
 
 
 def test_public_integrations_still_need_and_keep_their_source_id(make_settings: Any) -> None:
-    settings = make_settings("demo-public")
+    settings = make_settings(DEMO_PUBLIC)
     assert settings.application_type is ApplicationType.INTEGRATION_PUBLIC
     assert CustomerKey.from_settings(settings).source_id == "acme"
     with pytest.raises(ConfigurationError, match="COMPLIANCE_SOURCE_ID is required"):
-        make_settings("demo-public", source_id=None)
+        make_settings(DEMO_PUBLIC, source_id=None)
 
 
 async def test_one_client_credentials_app_has_one_token_key(
@@ -73,7 +74,7 @@ async def test_one_client_credentials_app_has_one_token_key(
     bypassed = settings.model_copy(update={"source_id": "acme"})
     assert CustomerKey.from_settings(bypassed) == CustomerKey.from_settings(settings)
     assert (await make_broker(bypassed).get_token()).fingerprint == token.fingerprint
-    assert token_requests(sandbox_reset, "demo-manage") == 1
+    assert token_requests(sandbox_reset, DEMO_MANAGE.client_id) == 1
 
 
 async def test_cli_source_id_option_is_refused_for_a_manage_app(
@@ -89,4 +90,4 @@ async def test_cli_source_id_option_is_refused_for_a_manage_app(
     error = capsys.readouterr().err
     assert "COMPLIANCE_SOURCE_ID" in error and "--source-id" in error and "manage" in error
     assert "secret-not-real" not in error
-    assert token_requests(manage_env, "demo-manage") == 0
+    assert token_requests(manage_env, DEMO_MANAGE.client_id) == 0

@@ -34,9 +34,10 @@ from compliance_api.errors import (
 from compliance_api.http_errors import MAX_MESSAGE_LENGTH
 from compliance_api.oauth import OAuthClient, ReauthorizationRequiredError
 from compliance_api.settings import Settings
+from sandbox.apps import DEMO_MANAGE, DEMO_PUBLIC
 from tests.fixtures.tokens import PUBLIC_REDIRECT, make_broker
 
-CLIENT_SECRET = "demo-public-secret-not-real"
+CLIENT_SECRET = DEMO_PUBLIC.client_secret
 CODE = "auth-code-secret-0123456789"
 REFRESH_TOKEN = "refresh-token-secret-0123456789"
 ACCESS_TOKEN = "access-token-secret-0123456789"
@@ -61,7 +62,7 @@ def settings(tmp_path: Path) -> Settings:
     """A public integration's: it uses every grant."""
     return make_settings(
         tmp_path,
-        "demo-public",
+        DEMO_PUBLIC.client_id,
         application_type="integration_public",
         source_id="acme",
         redirect_uri=PUBLIC_REDIRECT,
@@ -192,7 +193,7 @@ async def test_the_broker_waits_until_the_http_date_a_429_names_then_mints(
     """Unread, the date would have meant the broker's default wait of a whole minute."""
     endpoint.replies.append(lambda _: httpx.Response(429, headers={"Retry-After": http_date(2)}))
     endpoint.replies.append(httpx.Response(200, json=GRANT))
-    settings = make_settings(tmp_path, "demo-manage")
+    settings = make_settings(tmp_path, DEMO_MANAGE.client_id)
     broker = make_broker(settings)
 
     started = time.monotonic()
@@ -234,7 +235,7 @@ async def test_secrets_the_token_endpoint_echoes_are_redacted(
     else:
         assert isinstance(caught.value, InvalidRequestError)
     assert "[redacted]" in caught.value.message
-    assert "demo-public" in caught.value.message  # not a secret: left as the server said it
+    assert DEMO_PUBLIC.client_id in caught.value.message  # not a secret: left as the server said it
     assert_no_secret(caught.value)
 
 
