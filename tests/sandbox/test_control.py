@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from sandbox.apps import (
 )
 from sandbox.control import SandboxControlError
 from sandbox.data import Dataset
+from sandbox.launch import HEALTH_PATH, sandbox_command
 from sandbox.runner import run_sandbox_in_thread
 from tests.fixtures.sandbox_api import MANAGE, Api, Env
 
@@ -250,9 +250,8 @@ def test_applications_file_replaces_the_demo_set(tmp_path: Path) -> None:
 
 def test_console_script_serves_both_tiers_and_stops_on_sigint() -> None:
     port, gov_port = free_port(), free_port()
-    command = [sys.executable, "-m", "sandbox", "--port", str(port), "--gov-port", str(gov_port)]
     process = subprocess.Popen(
-        [*command, "--seed", "3", "--log-level", "warning"],
+        [*sandbox_command(port, gov_port), "--seed", "3"],
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -261,7 +260,7 @@ def test_console_script_serves_both_tiers_and_stops_on_sigint() -> None:
         while True:
             try:
                 tiers = [
-                    httpx.get(f"http://127.0.0.1:{p}/_sandbox/health").json()["tier"]
+                    httpx.get(f"http://127.0.0.1:{p}{HEALTH_PATH}").json()["tier"]
                     for p in (port, gov_port)
                 ]
                 break
