@@ -72,15 +72,12 @@ from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, http_ok, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.tls_proxy import TLSProxy, TLSProxyOptions, require_nginx
+from sandbox.launch import HEALTH_PATH, demo_environment, sandbox_command
 
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
 DEFAULT_PREFECT_PORT = 4200
 DEFAULT_SANDBOX_PORT = 8700
 HOST = "127.0.0.1"
-
-#: the sandbox's demo application with every entitlement (fake credentials, built in)
-DEMO_CLIENT_ID = "demo-manage"
-DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"  # noqa: S105 - the sandbox's public demo app
 
 KEY_FILE_NAME = "token-encryption.key"
 #: the sandbox's control-API token, used only when the sandbox listens beyond loopback
@@ -381,16 +378,14 @@ class LocalStack:
 
     def worker_env(self, name: str = WORKER_NAME) -> dict[str, str]:
         """The environment of one worker and of every flow run it starts, with the COMPLIANCE_*
-        settings of the sandbox's demo app, or (``use_sandbox`` false) the caller's."""
+        settings of the sandbox's demo manage app, or (``use_sandbox`` false) the caller's."""
         env = self.prefect_env() | CLIENT_RETRY_ENV
         if self.options.use_sandbox:
-            env.update(
-                COMPLIANCE_BASE_URL=self.sandbox_url,
-                COMPLIANCE_GOV_BASE_URL=self.sandbox_gov_url,
-                COMPLIANCE_CLIENT_ID=DEMO_CLIENT_ID,
-                COMPLIANCE_CLIENT_SECRET=DEMO_CLIENT_SECRET,
-                COMPLIANCE_APPLICATION_TYPE="manage",
-                COMPLIANCE_TOKEN_ENCRYPTION_KEY=encryption_key(self.state_dir),
+            env |= demo_environment(
+                self.sandbox_url,
+                self.sandbox_gov_url,
+                state_dir=env["COMPLIANCE_STATE_DIR"],
+                encryption_key=encryption_key(self.state_dir),
             )
         else:  # the state directory stays the stack's
             service = {n: v for n, v in os.environ.items() if n.startswith("COMPLIANCE_")}
@@ -495,8 +490,7 @@ class LocalStack:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         child = ChildProcess(
             "sandbox",
-            [sys.executable, "-m", "sandbox", "--host", self.host, "--log-level", "warning"]
-            + ["--port", str(self.sandbox_port), "--gov-port", str(self.sandbox_gov_port)],
+            sandbox_command(self.sandbox_port, self.sandbox_gov_port, host=self.host),
             env=env,
             cwd=PROJECT_DIR,
             log_path=self.logs_dir / "sandbox.log",
@@ -504,7 +498,7 @@ class LocalStack:
         self.children.append(child)
         return lambda: wait_until(
             "the sandbox",
-            lambda: http_ok(f"{self.sandbox_url}/_sandbox/health", headers),
+            lambda: http_ok(f"{self.sandbox_url}{HEALTH_PATH}", headers),
             timeout=self.options.startup_timeout,
             watch=[child],
         )
