@@ -30,10 +30,10 @@ from typing import Any
 
 from deployments.auth import CLIENT_AUTH_ENV, SERVER_AUTH_ENV, generate_auth_string
 from deployments.server_settings import apply_server_settings
+from sandbox.apps import DEMO_MANAGE_BASIC
+from sandbox.launch import demo_environment
 from sandbox.runner import SandboxHandle, run_sandbox_in_thread
 
-CLIENT_ID = "demo-manage-basic"
-CLIENT_SECRET = "demo-manage-basic-secret-not-real"  # noqa: S105 - the sandbox's public demo app
 UNKNOWN_VENDOR = "0000000000000000000000ff"
 UNKNOWN_PERSON = "0000000000000000000000aa"
 UNKNOWN_ACCOUNT = "0000000000000000000000cc"
@@ -70,14 +70,10 @@ def _prepare_environment(workdir: Path) -> None:
 
 
 def _point_at_sandbox(sandbox: SandboxHandle, workdir: Path) -> None:
-    from cryptography.fernet import Fernet
-
     os.environ.update(
-        COMPLIANCE_BASE_URL=sandbox.url,
-        COMPLIANCE_CLIENT_ID=CLIENT_ID,
-        COMPLIANCE_CLIENT_SECRET=CLIENT_SECRET,
-        COMPLIANCE_TOKEN_ENCRYPTION_KEY=Fernet.generate_key().decode(),
-        COMPLIANCE_STATE_DIR=str(workdir / "state"),
+        demo_environment(
+            sandbox.url, sandbox.gov_url, state_dir=workdir / "state", app=DEMO_MANAGE_BASIC
+        )
     )
 
 
