@@ -90,7 +90,7 @@ async def _run_case(case: str, base_url: str, size: int, workdir: Path) -> int:
         from flows.event_log_export import export_event_log
 
         out = str(workdir / "export")
-        result = await export_event_log(output_dir=out, max_pages=pages, lock_name="bench-export")
+        result = await export_event_log(output_dir=out, max_pages=pages)
         return result.written
     if case == "freshness":
         from flows.knowledge_base import knowledge_base_freshness
