@@ -15,6 +15,7 @@ from runtime.connection import forget_brokers
 from sandbox.runner import SandboxHandle, run_sandbox_in_thread
 from tests.fixtures.flows import MAX_SENDS, run_flow, run_id
 from tests.fixtures.runs import api_calls, results_table
+from tests.fixtures.sandbox import use_demo_app
 from write_engine.outcomes import Outcome
 
 ROUTE = "POST /v1/groups/{groupId}/add-people"
@@ -158,12 +159,10 @@ async def test_failed_chunk_is_retryable_and_rerun_applies_each_person_once(
 async def test_ten_thousand_people_take_exactly_100_calls(
     test_token_limit: str,
     monkeypatch: pytest.MonkeyPatch,
-    manage_env: SandboxHandle,
     tmp_path: Path,
 ) -> None:
     with run_sandbox_in_thread(seed=7, scale=20) as big:
-        monkeypatch.setenv("COMPLIANCE_BASE_URL", big.url)
-        monkeypatch.setenv("COMPLIANCE_STATE_DIR", str(tmp_path / "state"))
+        use_demo_app(monkeypatch, big, tmp_path / "state")
         monkeypatch.setenv("COMPLIANCE_TOKEN_RATE_LIMIT_NAME", test_token_limit)
         forget_brokers()
         people = big.control.seed()["people"]

@@ -78,12 +78,8 @@ async def test_one_client_credentials_app_has_one_token_key(
 
 
 async def test_cli_source_id_option_is_refused_for_a_manage_app(
-    manage_env: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Any,
-    capsys: pytest.CaptureFixture[str],
+    manage_env: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("COMPLIANCE_STATE_DIR", str(tmp_path / "state"))
     manage_env.control.reset()
     code = await asyncio.to_thread(cli_main, ["token-status", "--source-id", "acme"])
     assert code == 1
