@@ -126,7 +126,7 @@ def _measure(
         "first_call_seconds": first_call,
         "api_calls": stats["route_counts"].get(ADD_PEOPLE_ROUTE, 0),
         "expected_calls": math.ceil(size / CHUNK),
-        "token_mints": stats["token_mints"].get(common.DEMO_CLIENT_ID, 0),
+        "token_mints": stats["token_mints"].get(common.DEMO_MANAGE.client_id, 0),
         "people_added_once": sum(1 for n in adds.values() if n == 1),
         "people_added_twice_or_more": sum(1 for n in adds.values() if n > 1),
         "succeeded": run.result.get("succeeded"),

@@ -18,8 +18,9 @@ from typing import Any
 
 import httpx
 
-from bench.common import DEMO_CLIENT_ID, ForeignCpu, database_name, fresh_database, fresh_redis
+from bench.common import ForeignCpu, database_name, fresh_database, fresh_redis
 from deployments.processes import wait_until
+from sandbox.apps import DEMO_MANAGE
 
 BRIDGE = "bridge-event-log/every-3-minutes"
 PROMOTE = "promote-discovered-vendors/on-discovery"
@@ -308,7 +309,7 @@ def drive(stack: Any, api: Api, control: Any, size: int, timeout: float) -> dict
             api, control, set(vendors), str(bridge["id"]), earlier, started, timeout
         )
     after = control.stats()
-    mints = [stats["token_mints"].get(DEMO_CLIENT_ID, 0) for stats in (before, after)]
+    mints = [stats["token_mints"].get(DEMO_MANAGE.client_id, 0) for stats in (before, after)]
     result = summarize_burst(
         size,
         vendors,

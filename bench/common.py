@@ -10,7 +10,6 @@ import os
 import platform
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, MutableMapping
@@ -22,19 +21,19 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import psutil
 
+from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
+from sandbox.launch import HEALTH_PATH, demo_environment, sandbox_command
 
 if TYPE_CHECKING:  # imported when a server starts: the children of the plain side never pay
     from deployments.prefect_server import PrefectServer
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO_CLIENT_ID = "demo-manage"
-DEMO_CLIENT_SECRET = "demo-manage-secret-not-real"
 #: the body of a token request, as a plain script sends it
 TOKEN_REQUEST = {
     "grant_type": "client_credentials",
-    "client_id": DEMO_CLIENT_ID,
-    "client_secret": DEMO_CLIENT_SECRET,
+    "client_id": DEMO_MANAGE.client_id,
+    "client_secret": DEMO_MANAGE.client_secret,
     "scope": "service-api.all:read service-api.all:write",
 }
 #: a line a child prints last: ``BENCH-RESULT {json}``
@@ -176,14 +175,13 @@ def sandbox_process(*, scale: int = 1, latency_ms: float = 0.0) -> Iterator[Sand
     from deployments.stack import free_port
 
     port, gov_port = free_port(), free_port()
-    command = [sys.executable, "-m", "sandbox", "--port", str(port), "--gov-port", str(gov_port)]
-    command += ["--scale", str(scale), "--latency-ms", str(latency_ms), "--log-level", "warning"]
+    command = sandbox_command(port, gov_port, scale=scale, latency_ms=latency_ms)
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     control = SandboxControl(url, timeout=120)
     try:
         deadline = time.monotonic() + 300
-        while not http_ok(f"{url}/_sandbox/health"):
+        while not http_ok(f"{url}{HEALTH_PATH}"):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the sandbox ({' '.join(command)}) did not start")
             time.sleep(0.1)
@@ -311,14 +309,10 @@ def wait_for_prefect_idle(api_url: str, *, settle: float = 1.5, limit: float = 1
 
 def child_env(sandbox_url: str, api_url: str | None, state_dir: str) -> dict[str, str]:
     """The environment of a child that runs the project against the sandbox."""
-    from cryptography.fernet import Fernet
-
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPLIANCE_", "PREFECT_"))}
-    env |= {"COMPLIANCE_BASE_URL": sandbox_url, "COMPLIANCE_STATE_DIR": state_dir}
-    env |= {"COMPLIANCE_CLIENT_ID": DEMO_CLIENT_ID, "COMPLIANCE_CLIENT_SECRET": DEMO_CLIENT_SECRET}
-    env |= {"COMPLIANCE_TOKEN_ENCRYPTION_KEY": Fernet.generate_key().decode()}
+    env |= demo_environment(sandbox_url, state_dir=state_dir)
     env |= {"PREFECT_HOME": os.path.join(state_dir, "prefect-home"), "PYTHONPATH": str(REPO)}
-    env |= {"COMPLIANCE_APPLICATION_TYPE": "manage", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    env["PREFECT_LOGGING_LEVEL"] = "WARNING"
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = env["PREFECT_CLI_PROMPT"] = "false"
     use_bytecode_cache(env)
     if api_url:

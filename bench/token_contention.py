@@ -26,6 +26,8 @@ from typing import Any
 
 import httpx
 
+from sandbox.apps import DEMO_MANAGE
+
 DATA_ROUTE = "/v1/knowledge-base/resources"
 CALLS_PER_RUN = 3
 
@@ -212,7 +214,7 @@ def token_calls_sampled(stats: Any) -> Iterator[list[tuple[float, int]]]:
 
     def sample() -> None:
         while not stop.is_set():
-            count = stats()["token_requests"].get("demo-manage", 0)
+            count = stats()["token_requests"].get(DEMO_MANAGE.client_id, 0)
             samples.append((time.monotonic(), int(count)))
             stop.wait(0.25)
 
@@ -255,8 +257,8 @@ def summarize(
         "runs": runs,
         "lost": sum(report.get("lost", 0) for report in reports),
         "wall_seconds": None if wall_seconds is None else round(wall_seconds, 1),
-        "mints": stats["token_mints"].get("demo-manage", 0),
-        "token_calls": stats["token_requests"].get("demo-manage", 0),
+        "mints": stats["token_mints"].get(DEMO_MANAGE.client_id, 0),
+        "token_calls": stats["token_requests"].get(DEMO_MANAGE.client_id, 0),
         "401s": stats["unauthorized"],
         "429s": stats["status_counts"].get("429", 0),
         "max_token_calls_per_60s": window,
@@ -282,13 +284,12 @@ def _times(name: str, seconds: list[float]) -> dict[str, float | None]:
 
 
 def child_env(sandbox_url: str, state_dir: str, fernet_key: str) -> dict[str, str]:
-    from bench.common import DEMO_CLIENT_ID, DEMO_CLIENT_SECRET, prefect_client_env
+    from bench.common import prefect_client_env
+    from sandbox.launch import demo_environment
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPLIANCE_")}
     env |= prefect_client_env()  # PREFECT_API_URL and the server's auth string
-    env |= {"COMPLIANCE_BASE_URL": sandbox_url, "COMPLIANCE_STATE_DIR": state_dir}
-    env |= {"COMPLIANCE_CLIENT_ID": DEMO_CLIENT_ID, "COMPLIANCE_CLIENT_SECRET": DEMO_CLIENT_SECRET}
-    return env | {"COMPLIANCE_TOKEN_ENCRYPTION_KEY": fernet_key}
+    return env | demo_environment(sandbox_url, state_dir=state_dir, encryption_key=fernet_key)
 
 
 def measure(
