@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deployments.stack import LocalStack, StackOptions
+from deployments.stack import LocalStack
 from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.chaos import ADD_PEOPLE, slow
@@ -28,6 +28,7 @@ from tests.fixtures.stack import (
     eventually,
     replace_worker,
     run_deployment,
+    stack_options,
     state_of,
 )
 
@@ -40,14 +41,9 @@ GRACE_SECONDS = 45
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    options = StackOptions(
+    options = stack_options(
         state_dir=tmp_path / "stack",
-        prefect_port=None,
-        sandbox_port=None,
-        ui=False,
-        worker_poll_seconds=1.0,
         unresponsive_run_grace_seconds=GRACE_SECONDS,
-        startup_timeout=180.0,
     )
     with LocalStack(options) as running:
         yield running

@@ -21,13 +21,14 @@ from typing import Any
 import pytest
 
 from deployments.automations import WEBHOOK_ENV
-from deployments.stack import LocalStack, StackOptions
+from deployments.stack import LocalStack
 from sandbox.control import SandboxControl
 from tests.fixtures.stack import (
     assert_no_secret_in_prefect_database,
     eventually,
     replace_worker,
     run_deployment,
+    stack_options,
     state_of,
 )
 from tests.fixtures.webhooks import Receiver, webhook_receiver
@@ -55,15 +56,10 @@ def stack(
     postgres_databases: Callable[[], str],
     receiver: Receiver,
 ) -> Iterator[LocalStack]:
-    options = StackOptions(
+    options = stack_options(
         database_url=postgres_databases(),
         state_dir=tmp_path_factory.mktemp("stack"),
-        prefect_port=None,
-        sandbox_port=None,
-        ui=False,
-        worker_poll_seconds=1.0,
         unresponsive_run_grace_seconds=GRACE_SECONDS,
-        startup_timeout=180.0,
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(WEBHOOK_ENV, receiver.url)  # read by bootstrap: the notification block

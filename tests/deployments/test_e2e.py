@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from deployments.resources import RERUN_DELAY_VARIABLE, RERUN_MAX_ATTEMPTS_VARIABLE
-from deployments.stack import LocalStack, StackOptions
+from deployments.stack import LocalStack
 from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.stack import (
@@ -33,6 +33,7 @@ from tests.fixtures.stack import (
     finished,
     flow_runs,
     run_deployment,
+    stack_options,
     state_of,
     triggered_runs,
 )
@@ -53,14 +54,9 @@ T = TypeVar("T")
 def stack(
     tmp_path_factory: pytest.TempPathFactory, postgres_databases: Callable[[], str]
 ) -> Iterator[LocalStack]:
-    options = StackOptions(
+    options = stack_options(
         database_url=postgres_databases(),
         state_dir=tmp_path_factory.mktemp("stack"),
-        prefect_port=None,
-        sandbox_port=None,
-        ui=False,
-        worker_poll_seconds=1.0,
-        startup_timeout=180.0,
     )
     variables = {RERUN_DELAY_VARIABLE: 2, RERUN_MAX_ATTEMPTS_VARIABLE: MAX_ATTEMPTS}
     with StackWithVariables(options, variables) as running:

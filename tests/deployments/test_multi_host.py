@@ -31,7 +31,7 @@ import pytest
 
 from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE, EventLogCheckpoint
 from deployments.resources import CRASH_MAX_ATTEMPTS_VARIABLE, PROJECT_DIR, WORK_POOL_NAME
-from deployments.stack import LocalStack, StackOptions
+from deployments.stack import LocalStack
 from sandbox.control import SandboxControl
 from tests.fixtures.hosts import Host, Network, tcp_connect
 from tests.fixtures.stack import (
@@ -43,6 +43,7 @@ from tests.fixtures.stack import (
     managed,
     run_deployment,
     sandbox_control,
+    stack_options,
     state_of,
 )
 from tests.fixtures.tls import make_ca, nginx_or_skip
@@ -94,18 +95,13 @@ def site(
         certificates = tmp_path_factory.mktemp("tls")
         ca = make_ca(certificates)
         server = ca.issue(certificates, [network.address])
-        options = StackOptions(
+        options = stack_options(
             state_dir=tmp_path_factory.mktemp("multi-host"),
             host=network.address,
             tls_cert=server.cert_file,
             tls_key=server.key_file,
             tls_ca=ca.cert_file,
-            prefect_port=None,
-            sandbox_port=None,
-            ui=False,
-            worker_poll_seconds=1.0,
             unresponsive_run_grace_seconds=GRACE_SECONDS,
-            startup_timeout=180.0,
             database_url=postgres_databases(),
             workers=len(WORKERS),
         )

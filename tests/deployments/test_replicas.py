@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from deployments.stack import LocalStack, StackOptions
+from deployments.stack import LocalStack
 from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.chaos import start_child
@@ -38,6 +38,7 @@ from tests.fixtures.stack import (
     managed,
     restart_prefect_server,
     run_deployment,
+    stack_options,
     triggered_runs,
 )
 
@@ -55,13 +56,8 @@ def stack(
     postgres_databases: Callable[[], str],
     redis_url: str,
 ) -> Iterator[LocalStack]:
-    options = StackOptions(
+    options = stack_options(
         state_dir=tmp_path_factory.mktemp("replicas"),
-        prefect_port=None,
-        sandbox_port=None,
-        ui=False,
-        worker_poll_seconds=1.0,
-        startup_timeout=180.0,
         database_url=postgres_databases(),
         redis_url=redis_url,
         api_replicas=2,

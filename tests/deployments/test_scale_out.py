@@ -32,7 +32,7 @@ import pytest
 from prefect.settings import temporary_settings
 
 from deployments.resources import CRASH_MAX_ATTEMPTS_VARIABLE
-from deployments.stack import LocalStack, StackOptions
+from deployments.stack import LocalStack
 from runtime.locks import LEASE_SECONDS, LockTimeoutError, hold_lock
 from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
@@ -52,6 +52,7 @@ from tests.fixtures.stack import (
     managed,
     restart_prefect_server,
     run_deployment,
+    stack_options,
     triggered_runs,
 )
 
@@ -72,14 +73,9 @@ CRASHED_HOLDER_BOUND_SECONDS = 90
 def stack(
     tmp_path_factory: pytest.TempPathFactory, postgres_databases: Callable[[], str]
 ) -> Iterator[LocalStack]:
-    options = StackOptions(
+    options = stack_options(
         state_dir=tmp_path_factory.mktemp("scale-out"),
-        prefect_port=None,
-        sandbox_port=None,
-        ui=False,
-        worker_poll_seconds=1.0,
         unresponsive_run_grace_seconds=GRACE_SECONDS,
-        startup_timeout=180.0,
         database_url=postgres_databases(),
         workers=WORKERS,
     )
