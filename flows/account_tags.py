@@ -22,7 +22,12 @@ from compliance_api.errors import InputError
 from compliance_api.models import AccountUpdate, CustomerTrustAccount
 from runtime.form import Maybe, title
 from tasks.accounts import list_tag_categories, read_tag_category, update_account
-from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
+from write_engine.approval import (
+    DEFAULT_DEADLINE_HOURS,
+    ApprovalDeadline,
+    ApprovalPolicy,
+    RequireApproval,
+)
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -312,10 +317,8 @@ async def update_account_tags(
     pasted_rows: Annotated[Maybe[str], title("Pasted rows (CSV or JSON)")] = None,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
-    require_approval: Annotated[bool, title("Require approval")] = False,
-    approval_deadline_hours: Annotated[
-        DeadlineHours, title("Approval deadline (hours)")
-    ] = DEFAULT_DEADLINE_HOURS,
+    require_approval: RequireApproval = False,
+    approval_deadline_hours: ApprovalDeadline = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Set tags per category (and optionally name, email domain, custom fields) on accounts.
 

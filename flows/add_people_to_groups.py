@@ -26,7 +26,12 @@ from runtime.form import Maybe, title
 from runtime.task_inputs import unwalked
 from tasks.event_logs import logged_targets
 from tasks.groups import PersonAnswer, add_people_to_group
-from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
+from write_engine.approval import (
+    DEFAULT_DEADLINE_HOURS,
+    ApprovalDeadline,
+    ApprovalPolicy,
+    RequireApproval,
+)
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -216,10 +221,8 @@ async def add_people_to_groups(
     pasted_rows: Annotated[Maybe[str], title("Pasted rows (CSV or JSON)")] = None,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
-    require_approval: Annotated[bool, title("Require approval")] = False,
-    approval_deadline_hours: Annotated[
-        DeadlineHours, title("Approval deadline (hours)")
-    ] = DEFAULT_DEADLINE_HOURS,
+    require_approval: RequireApproval = False,
+    approval_deadline_hours: ApprovalDeadline = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Add people to one or more groups, 100 people per call.
 

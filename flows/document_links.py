@@ -32,7 +32,12 @@ from runtime.credentials import load_run_settings
 from runtime.form import Maybe, title
 from runtime.settings import runtime_settings
 from tasks.documents import create_document_link
-from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
+from write_engine.approval import (
+    DEFAULT_DEADLINE_HOURS,
+    ApprovalDeadline,
+    ApprovalPolicy,
+    RequireApproval,
+)
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -231,10 +236,8 @@ async def attach_document_links(
     unconfirmed_links: Annotated[UnconfirmedLinks, title("Unconfirmed links")] = "report",
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
-    require_approval: Annotated[bool, title("Require approval")] = False,
-    approval_deadline_hours: Annotated[
-        DeadlineHours, title("Approval deadline (hours)")
-    ] = DEFAULT_DEADLINE_HOURS,
+    require_approval: RequireApproval = False,
+    approval_deadline_hours: ApprovalDeadline = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Attach links to documents from a manifest, never attaching the same link twice.
 

@@ -29,7 +29,12 @@ from compliance_api.models import Vendor
 from runtime.form import Maybe, title
 from tasks.event_logs import logged_targets
 from tasks.vendors import promote_discovered_vendor
-from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
+from write_engine.approval import (
+    DEFAULT_DEADLINE_HOURS,
+    ApprovalDeadline,
+    ApprovalPolicy,
+    RequireApproval,
+)
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -193,10 +198,8 @@ async def promote_discovered_vendors(
     from_audit_log: Annotated[bool, title("Vendors discovered since the last run")] = False,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
-    require_approval: Annotated[bool, title("Require approval")] = False,
-    approval_deadline_hours: Annotated[
-        DeadlineHours, title("Approval deadline (hours)")
-    ] = DEFAULT_DEADLINE_HOURS,
+    require_approval: RequireApproval = False,
+    approval_deadline_hours: ApprovalDeadline = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Promote discovered vendors to managed vendors.
 

@@ -36,7 +36,12 @@ from compliance_api.models import (
 )
 from runtime.form import Maybe, one_of, title
 from tasks.questionnaires import approve_questionnaire, update_questionnaire
-from write_engine.approval import DEFAULT_DEADLINE_HOURS, ApprovalPolicy, DeadlineHours
+from write_engine.approval import (
+    DEFAULT_DEADLINE_HOURS,
+    ApprovalDeadline,
+    ApprovalPolicy,
+    RequireApproval,
+)
 from write_engine.inputs import (
     Identifier,
     ItemInput,
@@ -348,10 +353,8 @@ async def route_questionnaires(
     from_audit_log: Annotated[bool, title("Questionnaires ready since the last run")] = False,
     dry_run: Annotated[bool, title("Dry run")] = False,
     concurrency: Annotated[Concurrency, title("Concurrency")] = DEFAULT_CONCURRENCY,
-    require_approval: Annotated[bool, title("Require approval")] = False,
-    approval_deadline_hours: Annotated[
-        DeadlineHours, title("Approval deadline (hours)")
-    ] = DEFAULT_DEADLINE_HOURS,
+    require_approval: RequireApproval = False,
+    approval_deadline_hours: ApprovalDeadline = DEFAULT_DEADLINE_HOURS,
 ) -> RunSummary | State[Any]:
     """Assign, route through review statuses and approve questionnaires.
 

@@ -40,14 +40,16 @@ from pydantic import BaseModel, Field
 
 from compliance_api.errors import ComplianceError, InputError
 from runtime.events import EventSink, deterministic_event_id
-from runtime.form import NonBlank
+from runtime.form import NonBlank, title
 from write_engine.inputs import ItemInput
 from write_engine.outcomes import AnyResult, Approval
 from write_engine.reporting import result_rows, run_link
 
 DEFAULT_DEADLINE_HOURS = 24.0
-#: how long a run waits for a decision before Prefect fails it (a flow parameter)
-DeadlineHours = Annotated[float, Field(gt=0, le=24 * 30)]
+#: the write flows' approval parameters, as the run form shows them
+RequireApproval = Annotated[bool, title("Require approval")]
+#: how long a run waits for a decision before Prefect fails it
+ApprovalDeadline = Annotated[float, Field(gt=0, le=24 * 30), title("Approval deadline (hours)")]
 #: the flow-run inputs this module keeps on the run
 PLAN_KEY = "compliance-plan"
 DECISION_KEY = "compliance-approval"
