@@ -37,7 +37,7 @@ import httpx
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError, concurrency
-from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.exceptions import ObjectAlreadyExists
 
 #: seconds a holder's lease lasts without renewal (Prefect's minimum is 60)
 LEASE_SECONDS = 60.0
@@ -69,17 +69,6 @@ def limit_name(name: str) -> str:
     if slug != name or len(slug) > 100:
         slug = f"{slug[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
     return LOCK_PREFIX + slug
-
-
-async def ensure_lock_limit(name: str) -> str:
-    """Create the lock's one-slot limit if it does not exist yet; returns its name."""
-    limit = limit_name(name)
-    async with get_client() as client:
-        try:
-            await client.read_global_concurrency_limit_by_name(limit)
-        except ObjectNotFound:
-            await _create_limit(limit)
-    return limit
 
 
 async def _create_limit(limit: str) -> None:
