@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field
 from compliance_api.errors import ComplianceError, InputError
 from runtime.events import EventSink, deterministic_event_id
 from runtime.form import NonBlank, title
-from write_engine.inputs import ItemInput
+from write_engine.inputs import ItemInput, ItemT
 from write_engine.outcomes import AnyResult, Approval
 from write_engine.reporting import result_rows, run_link
 
@@ -117,9 +117,7 @@ def plan_digest(items: Sequence[ItemInput]) -> str:
     return hasher.hexdigest()
 
 
-def plan_counts(
-    items: Iterable[ItemInput], groups: Callable[[Any], Iterable[str]]
-) -> dict[str, int]:
+def plan_counts(items: Iterable[ItemT], groups: Callable[[ItemT], Iterable[str]]) -> dict[str, int]:
     """Items per group (per group, tag or document: the job says), largest first."""
     counter: Counter[str] = Counter()
     for item in items:
@@ -136,14 +134,15 @@ def counts_text(counts: dict[str, int]) -> str:
 
 async def approved_or_rejected(
     flow_key: str,
-    items: Sequence[ItemInput],
-    counts: dict[str, int],
+    items: Sequence[ItemT],
+    groups: Callable[[ItemT], Iterable[str]],
     planned: Callable[[], Sequence[AnyResult]],
     policy: ApprovalPolicy,
 ) -> Approval:
     """The decision on this run's plan: recorded earlier, or asked for now (the run suspends,
     and this returns in the resumed run). Raises :class:`PlanChanged` when an approved plan is
-    not what this run would send."""
+    not what this run would send. The plan's counts (by ``groups``) and rows (``planned``) are
+    worked out only when the plan is first shown, not in the resumed run."""
     run_id = _flow_run_id()
     digest = plan_digest(items)
     decision = await _recorded_decision(run_id)
@@ -152,6 +151,7 @@ async def approved_or_rejected(
         if await _asked_before(run_id):  # resumed: the answer is about the plan it was shown
             plan = await _shown_plan(run_id)
         else:
+            counts = plan_counts(items, groups)
             plan = PlanRecord(
                 digest=digest, total=len(items), counts=counts, planned_at=datetime.now(UTC)
             )

@@ -49,7 +49,6 @@ from write_engine.approval import (
     ApprovalPolicy,
     approved_or_rejected,
     check_can_wait,
-    plan_counts,
 )
 from write_engine.inputs import UNUSABLE_ID, ItemInput, ItemT, ParsedItems
 from write_engine.outcomes import (
@@ -271,11 +270,7 @@ async def _run_write_job(
             await job.validate_remotely(client, items)
         if waits and units:
             decision = await approved_or_rejected(
-                job.flow_key,
-                items,
-                plan_counts(items, job.plan_groups),
-                lambda: [result for unit in units for result in job.plan(unit)],
-                approval,
+                job.flow_key, items, job.plan_groups, lambda: _plan_all(job, units), approval
             )
             if not decision.approved:
                 return await _rejected(job, parsed, decision, rerun_of=rerun_of, attempt=attempt)
@@ -283,7 +278,7 @@ async def _run_write_job(
             await obtain_token_first(logger)
         await progress.start()
         if dry_run:
-            results = [result for unit in units for result in job.plan(unit)]
+            results = _plan_all(job, units)
             await progress.finish()
         elif units:
             assert client is not None
@@ -311,6 +306,11 @@ async def _run_write_job(
         failed = ItemsFailed(summary)
         return Failed(message=str(failed), data=failed)
     return summary
+
+
+def _plan_all(job: WriteJob[ItemT], units: Sequence[Sequence[ItemT]]) -> list[AnyResult]:
+    """What a dry run reports, and what an approver is shown: every unit's plan, in order."""
+    return [result for unit in units for result in job.plan(unit)]
 
 
 async def _rejected(
