@@ -205,7 +205,7 @@ def read_input_file(
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".json"):
         raise InputError("input_file", str(path), "must be a .csv or .json file")
-    source = _Source("input_file", str(path), text, suffix == ".json", "")
+    source = _Source("input_file", str(path), text, is_json=suffix == ".json")
     return source.records(columns, required, column_prefixes, scalar_field)
 
 
@@ -222,7 +222,7 @@ def read_pasted_rows(
     text = text.strip().removeprefix("\ufeff")
     lines = text.count("\n") + 1 if text else 0
     shown = f"pasted text ({lines} line(s))"
-    return _Source("pasted_rows", shown, text, text.startswith("["), "pasted ").records(
+    return _Source("pasted_rows", shown, text, is_json=text.startswith("[")).records(
         columns, required, column_prefixes, scalar_field
     )
 
@@ -235,8 +235,11 @@ class _Source:
     shown: str
     text: str
     is_json: bool
-    #: what a record's position starts with: "" for a file (``row 4``), "pasted " for pasted
-    prefix: str
+
+    @property
+    def prefix(self) -> str:
+        """How a record's position starts: ``row 4`` in a file, ``pasted row 4`` if pasted."""
+        return "pasted " if self.field == "pasted_rows" else ""
 
     def records(
         self,

@@ -155,7 +155,7 @@ def test_csv_rows_read_as_dict_reader_reads_them(text: str) -> None:
         cells = {name.strip(): (value or "").strip() for name, value in row.items()}
         if given := {name: value for name, value in cells.items() if value}:
             expected.append((f"row {reader.line_num}", given))
-    source = _Source("input_file", "people.csv", text, is_json=False, prefix="")
+    source = _Source("input_file", "people.csv", text, is_json=False)
     assert _csv_records(source)[1] == expected
 
 
