@@ -1,10 +1,7 @@
 """Runbook: set customer-trust account tags (and optionally name, email domain, custom fields).
 
-1. Read the accounts and their tags per category (parameter or file); check every value.
-2. Look up the tag categories and their tags: an unknown category or tag id stops the run
-   before any write, naming the account, the category and the id.
-3. PATCH each account. The service REPLACES the tags of every category named for an account
-   (an empty list removes all of that category's tags); categories not named are untouched.
+Unknown categories or tag ids stop the run before any write. The service REPLACES the tags of
+every category named for an account; categories not named are untouched.
 """
 
 from __future__ import annotations
@@ -198,10 +195,6 @@ def _tags_now(account: CustomerTrustAccount, item: AccountTagsInput) -> str:
     shown = [f"{category}: [{', '.join(current.get(category, []))}]" for category in item.tags]
     return f"{account.name}; tags now " + "; ".join(shown) if shown else account.name
 
-
-# --------------------------------------------------------------------------------------------
-# Input
-# --------------------------------------------------------------------------------------------
 
 COLUMNS = ["account_id", "category_id", "tag_ids", "name", "email_domain", "tags", "custom_fields"]
 CSV_REQUIRED = ["account_id"]

@@ -1,11 +1,7 @@
-"""Runbook: add people to one or more groups.
+"""Runbook: add people to groups, per group in chunks of at most 100 people (one call each).
 
-1. Read the people (parameter or file) and the groups; check every id; drop duplicate pairs.
-2. Per group, send the people in chunks of at most 100 (one call per chunk: 10,000 people
-   are 100 calls), several chunks at a time.
-3. Each person's SUCCESS or ERROR comes back in the chunk's answer and is reported with the
-   service's message. A chunk the service keeps failing (after retries) marks its people
-   failed_retryable, to rerun later.
+Each person's SUCCESS or ERROR comes back in the chunk's answer; a chunk that keeps failing
+marks its people failed_retryable.
 """
 
 from __future__ import annotations

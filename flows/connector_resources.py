@@ -1,18 +1,7 @@
-"""Connector resources: package vulnerabilities and security-training status, as to-do lists.
+"""Runbooks over connector resources: package vulnerabilities and security-training status.
 
-Runbooks:
-
-* ``package_vulnerability_digest``: read the findings a connector reported for one registered
-  resource, count them by severity band (critical/high/medium/low/none), list the most urgent
-  (reachable and resolvable first, then severity, then CVSS), and send one
-  ``compliance.vulnerability.action_required`` event per reachable finding at or above
-  ``event_min_severity`` (critical by default).
-* ``security_training_report``: read the training assignments, count incomplete and overdue ones
-  by trainee and by framework, and send one ``compliance.security_training.overdue`` event per
-  trainee with overdue training (listing what is overdue).
-
-These endpoints return the whole list in one response (no pagination, spec §4.7/§4.8); the
-digests keep counters and a bounded number of rows.
+These endpoints return the whole list in one response (spec §4.7/§4.8); the digests keep
+counters and a bounded number of rows, and send one event per finding or trainee to act on.
 """
 
 from __future__ import annotations

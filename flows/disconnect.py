@@ -1,7 +1,5 @@
-"""Runbook: a customer disconnects our public integration.
-
-1. Suspend the customer's token at the service (so it stops working at once).
-2. Delete every token we stored for the customer.
+"""Runbook: a customer disconnects our public integration: suspend its token at the service,
+then delete every token we stored for it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Runbook: attach evidence links to documents from a manifest.
 
-1. Read the manifest (document id, URL, title, optional description and effective date) and
-   check every row; drop duplicates.
-2. For each link, look in the ledger: a link an earlier run attached is skipped; a link whose
-   earlier attempt got no clear answer is reported for review, not sent again.
-3. Record the link as pending, create it, record it as attached. A refusal (4xx) is a plain
-   failure; an answer that never came (5xx, lost connection) is reported for review, because
-   the link may exist - resending it blindly could attach it twice.
+The ledger (``write_engine/link_ledger.py``) skips links an earlier run attached and reports a
+link whose attempt got no clear answer for review instead of sending it twice.
 """
 
 from __future__ import annotations

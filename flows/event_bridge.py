@@ -1,22 +1,8 @@
 """The audit-log bridge: every audit entry becomes exactly one Prefect event.
 
-Runbook:
-
-1. Take the bridge's lock (a lock on the Prefect server, ``runtime/locks.py``): an
-   overlapping scheduled run waits for the running one, then finds nothing new; it gives up
-   after ``lock_wait_seconds``. A killed run's lease runs out within about 75 s.
-2. Load the checkpoint from its Prefect Variable. Bootstrap records where a new bridge starts
-   (shortly before the stack came up), so nothing logged before its first run is missed and
-   months of history are not replayed into automations unless asked to (``start_date`` with
-   ``reset_checkpoint``).
-3. For each page of 100 entries after the checkpoint: build one event per entry (naming rule in
-   ``audit_log/events.py``), send them and wait for the server to accept them, *then* save the
-   checkpoint.
-
-Exactly once: a crash after sending and before saving replays at most that page; the replayed
-events carry the same ids (uuid5 of the entry id), which the Prefect server stores and hands to
-automations only once. Entries at the checkpoint's timestamp are remembered by id, so resuming by
-date never repeats them either. Memory holds one page, however long the log.
+Per page after the checkpoint: send the events, wait until the server accepts them, then save
+the checkpoint. A crash replays at most one page with the same event ids (uuid5 of the entry),
+which the server deduplicates (docs/read-flows.md).
 """
 
 from __future__ import annotations

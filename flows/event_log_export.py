@@ -1,20 +1,8 @@
-"""Export the audit log to files an auditor can take: JSON Lines, one file per UTC day.
+"""Export the audit log to JSON Lines files an auditor can take, one file per UTC day.
 
-Runbook:
-
-1. Check the parameters; create ``output_dir`` if needed.
-2. Take the file lock in ``output_dir`` (``filelock.AsyncFileLock``; the kernel drops it when
-   its holder dies). The deployment already runs one export at a time (``concurrency_limit``
-   1); this one lock keeps a run started outside it, e.g. by hand in Python, from writing the
-   same files at the same time.
-3. Load ``checkpoint.json`` from ``output_dir`` (first run: ``start_date``, default: the whole
-   log) and cut every day file back to the size the checkpoint committed: lines a crashed run
-   wrote after its last checkpoint are removed, then read again.
-4. In slices of ``SLICE_PAGES`` pages after the checkpoint (one task run each, the run's
-   progress in the UI): append the entries to their day files, fsync them, then replace the
-   checkpoint atomically. Each entry lands in the files exactly once.
-
-See ``audit_log/jsonl_export.py`` for the file format.
+A file lock in ``output_dir`` keeps two runs apart; each slice of pages is appended, fsynced,
+then committed in ``checkpoint.json``, and a crashed run's uncommitted lines are cut off first,
+so every entry lands exactly once (format: ``audit_log/jsonl_export.py``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """Knowledge-base freshness: what is expired, what expires soon, what nobody verified, by owner.
 
-Runbook the flow follows:
-
-1. Check every parameter (filters of spec §4.1/§4.2, windows, page size) before any API call.
-2. Stream the knowledge-base resources, then the answer-library entries, page by page, with the
-   same filters (``types`` applies to resources only: answers have no type, so a type filter
-   leaves them out unless ``sources`` asks for them).
-3. Classify each item (see ``read_reports/freshness.py``), count it for its owner, keep the
-   ``top_n`` most urgent rows, and send one event per item expiring soon (and per expired item)
-   so an automation can tell its owner.
-4. Publish a markdown summary and two tables (by owner; most urgent items).
-
-Memory stays flat: one page plus bounded counters, however large the knowledge base.
+Streams resources and answer-library entries page by page (memory: one page plus bounded
+counters), classifies them (``read_reports/freshness.py``) and sends one event per item to act on.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Runbook: promote discovered vendors to managed vendors.
 
-1. Read the discovered-vendor ids (parameter or file) and check every one; with
-   ``from_audit_log``, add every vendor the audit log reported discovered since this flow's
-   checkpoint (``audit_log/targets.py``); drop duplicates.
-2. Add each to the managed vendors (a vendor that is already managed counts as done).
-3. Report each vendor's managed id, status and risk levels; unknown ids fail as "not found".
-4. Move the audit-log checkpoint past what was read, now that every vendor is handled.
-
-The deployment's trigger and its catch-up schedule run it with ``from_audit_log``: a burst of
-discoveries becomes one run, and a discovery no event woke it for is found on the next one.
+With ``from_audit_log`` the run also takes every vendor discovered since this flow's audit-log
+checkpoint and moves the checkpoint once all are handled (the deployment's trigger does so).
 """
 
 from __future__ import annotations

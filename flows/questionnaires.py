@@ -1,18 +1,8 @@
 """Runbook: move questionnaires through review to approval.
 
-For each questionnaire, in order:
-1. assign owner / approver, due date and tags (one update, if any is given);
-2. set each status of the route (only statuses a client may set), skipping the steps the
-   questionnaire has already reached, as the service's answer shows;
-3. approve it with a status-change message (unless it is already approved).
-
-A step that fails stops that questionnaire (the others go on); its rerun sends only the steps
-that did not happen. Assigning an approver needs the QuestionnaireAutomationAdvanced
-entitlement: without it the questionnaire fails with that reason.
-
-With ``from_audit_log`` the run also takes every questionnaire the audit log reported ready for
-review since this flow's checkpoint (``audit_log/targets.py``), and moves the checkpoint on once
-all are handled: the deployment's trigger and catch-up schedule run it so, one run per burst.
+Per questionnaire: one update (owner, approver, due date, tags), each status of the route not yet
+reached, then approve. A failed step stops that questionnaire only; its rerun sends only the
+steps that did not happen.
 """
 
 from __future__ import annotations
@@ -294,10 +284,6 @@ def _failed(
         rerun_input=rerun.as_input(),
     )
 
-
-# --------------------------------------------------------------------------------------------
-# Input
-# --------------------------------------------------------------------------------------------
 
 FIELDS = list(QuestionnaireRouteInput.model_fields)
 

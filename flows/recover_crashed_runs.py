@@ -1,23 +1,8 @@
 """Runbook: a crashed flow run is started again, a bounded number of times, or reported.
 
-A run crashes when its process never starts (a busy Prefect server answered 503 while the
-worker submitted it; the worker died after taking it) or dies mid-run (a killed worker, a lost
-machine; ``deployments/automations.yaml`` marks those Crashed). Such a run emits no
-failed-items event, so without this nothing would ever run its items again.
-
-The deployment ``recover-crashed-run/on-crash`` runs this flow for every
-``prefect.flow-run.Crashed`` event of a run tagged ``crash-recovery`` (every deployment in
-prefect.yaml but this one):
-
-1. Read the run and its state history; a run that is no longer Crashed is left alone (an
-   operator, or an earlier recovery, acted first).
-2. Fewer than ``max_attempts`` crashes: put the run back to Scheduled (as the UI's Retry does),
-   so a worker starts it again with the same parameters. Every flow is safe to run again: a
-   write run's new attempt skips what the lost one sent (``write_engine/send_record.py``) while
-   the lost process, if it still lives, stops writing (``runtime/attempts.py``); reads resume
-   from their checkpoints.
-3. Otherwise: leave it Crashed, publish a report naming the run and its parameters, and end
-   Failed, so what is left is visible in the UI and reaches the failure notifications.
+A crashed run emits no failed-items event, so without this its items would never run again.
+Every flow is safe to restart: writes skip what the lost attempt sent
+(``write_engine/send_record.py``), reads resume from their checkpoints.
 """
 
 from __future__ import annotations

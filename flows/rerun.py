@@ -1,17 +1,5 @@
-"""Runbook: rerun exactly the items that failed in an earlier write run.
-
-1. Read the earlier run's failed-items record from the Prefect database (every write run
-   leaves one; it names the flow and holds each failed item's remaining input).
-2. Check those inputs again and send them with the same flow's rules. Items that succeeded
-   are not in the record, so they are never sent again; a questionnaire resumes at the step
-   that failed; document links stay protected by the ledger.
-3. The rerun reports like any write run (its table links to the earlier run) and records its
-   own failures, so a rerun of a rerun works too. ``attempt`` numbers the runs (the original
-   is 1, each rerun one more), so an automation can stop after ``max_attempts``.
-4. The automatic rerun sends only the items that failed for a transient reason
-   (``retryable_only``): a person has to act on a refusal (not found, permission denied) or on
-   a link that needs review before sending it again helps. Those are reported again as they
-   were, unsent, so the rerun's own record still lists every item left to do.
+"""Runbook: rerun exactly the items that failed in an earlier write run, from its failed-items
+record, with the same flow's rules.
 
 From the command line:
 ``python -m flows.rerun <flow_run_id> [--attempt N] [--dry-run] [--retryable-only]``.
@@ -188,11 +176,6 @@ async def rerun_failed_items(
                 attempt=attempt,
                 carried=kept,
             )
-
-
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
