@@ -1,14 +1,8 @@
-"""Where the audit-log readers resume, and the lock that keeps two runs from racing.
+"""Where the audit-log readers resume, and the run lock that keeps two runs from racing.
 
-A checkpoint is the position after the last page whose effects (events sent, lines written) are
-durable: the page's ``endCursor``, the last entry's id and date, and the ids of the entries at
-that last timestamp (to skip them if the cursor ever has to be replaced by ``startDate``).
-
-The bridge keeps its checkpoint in a Prefect Variable (any worker on any machine sees it); the
-export keeps it next to the files it describes (see ``audit_log/jsonl_export.py``). Runs of one
-reader are serialized with a lock on the Prefect server (``runtime/locks.py``: a leased slot of
-a one-slot global concurrency limit), so a crashed run blocks the next one for at most about
-75 s; the deployments also have a concurrency limit of 1, so scheduled runs queue up.
+A checkpoint is the position after the last durable page: its ``endCursor``, the last entry's id
+and date, and the ids at that timestamp (skipped if ``startDate`` must replace the cursor).
+Design: docs/read-flows.md#checkpoint-and-exactly-once-design.
 """
 
 from __future__ import annotations
@@ -70,12 +64,10 @@ class EventLogCheckpoint(BaseModel):
     pages_total: int = 0
 
     def unhandled(self, entries: Sequence[L], *, by_cursor: bool) -> list[L]:
-        """The entries of a page this checkpoint does not cover, each id once: the dedupe that
-        makes replays safe.
+        """The entries of a page this checkpoint does not cover, each id once (replays are safe).
 
-        After a cursor every entry is new by position, even one dated earlier (a late write),
-        so only the ids at the boundary were handled; after a bare ``startDate`` everything older
-        than the checkpoint was too. A page never repeats an id; if one did, it counts once.
+        After a cursor every entry is new by position, even a late-written older one, so only the
+        boundary ids are skipped; after a bare ``startDate`` older entries are skipped too.
         """
         last = self.last_event_date
         seen = set(self.boundary_ids) if last is not None else set()
@@ -90,10 +82,7 @@ class EventLogCheckpoint(BaseModel):
     def after_page(
         self, entries: Sequence[Logged], end_cursor: str | None, handled: int
     ) -> EventLogCheckpoint:
-        """The checkpoint once every entry of a page is durable.
-
-        The date only moves forward, so a late entry never makes the next ``startDate`` earlier.
-        """
+        """The checkpoint once a page is durable; its date only moves forward (late entries)."""
         if not entries:
             return self
         newest = max(entry.date for entry in entries)
@@ -131,12 +120,7 @@ class EventLogCheckpoint(BaseModel):
 
 
 class VariableCheckpointStore:
-    """A checkpoint in one Prefect Variable (JSON), shared by every worker.
-
-    On a SQLite-backed Prefect server a variable update that collides with the event
-    persister's writes gets a 503, which the Prefect client retries after about 2 s; a Postgres
-    server does not have this collision.
-    """
+    """A checkpoint in one Prefect Variable (JSON), shared by every worker."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -148,12 +132,8 @@ class VariableCheckpointStore:
         return EventLogCheckpoint.model_validate(value)
 
     async def save(self, checkpoint: EventLogCheckpoint, *, forward_only: bool = True) -> bool:
-        """Store ``checkpoint`` unless the stored one got further (then keep it: False).
-
-        A checkpoint only moves forward: a run that lost its flow run stops before it saves
-        (``runtime.attempts.abort_if_lost``), and this read-before-write catches a late one.
-        ``forward_only=False`` is for a deliberate reset.
-        """
+        """Store ``checkpoint`` unless the stored one got further (then False: catches a late lost
+        attempt). ``forward_only=False`` is for a deliberate reset."""
         stored = await self.load() if forward_only else None
         if stored is not None and checkpoint.behind(stored):
             return False
@@ -166,8 +146,8 @@ class VariableCheckpointStore:
 
 @asynccontextmanager
 async def exclusive_run(name: str, wait_seconds: float) -> AsyncIterator[None]:
-    """Hold the run lock ``name`` for the body; ``LockTimeoutError`` (a ``TimeoutError``) if
-    another run keeps it for ``wait_seconds``. Nothing needs creating beforehand."""
+    """Hold the run lock ``name``; ``LockTimeoutError`` (a ``TimeoutError``) after
+    ``wait_seconds``."""
     async with hold_lock(
         RUN_LOCK_PREFIX + name, wait_seconds=wait_seconds, what=f"the run lock {name!r}"
     ):

@@ -1,19 +1,5 @@
-"""How one audit-log entry becomes one Prefect event (the bridge's naming rule).
-
-Rule, so automations can be written without reading code:
-
-* event name: ``compliance.`` + the entry's ``action`` in lower case, every character other than
-  ``a-z``, ``0-9``, ``_`` and ``.`` replaced by ``_`` (``VENDOR_DISCOVERED`` ->
-  ``compliance.vendor_discovered``; an empty action -> ``compliance.unknown_action``);
-* resource: the first target, id ``compliance.<target type in lower case, letters and digits
-  only>.<target id>`` (``DiscoveredVendor`` ``dv-1`` -> ``compliance.discoveredvendor.dv-1``),
-  labelled ``compliance.target.id``, ``compliance.target.type``, ``compliance.audit.id`` and
-  ``compliance.audit.action``; an entry without targets uses the entry itself,
-  ``compliance.audit-entry.<entry id>``;
-* related: the actor (role ``actor``, ``compliance.actor.<type>.<id>``), every further target
-  (role ``target``) and the entry (role ``audit-entry``);
-* payload: ``{"audit_entry": <the entry as the API returned it>}``;
-* occurred: the entry's ``date``; id: uuid5 of the entry id (see ``deterministic_event_id``).
+"""How one audit-log entry becomes one Prefect event: the bridge's naming rule, documented for
+automation authors in docs/read-flows.md#event-naming-rule (keep the two in step).
 """
 
 from __future__ import annotations

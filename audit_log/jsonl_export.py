@@ -1,17 +1,8 @@
 """The audit-log export on disk: one JSON Lines file per UTC day, exactly once.
 
-Layout of the output directory::
-
-    event-log-2025-01-31.jsonl   one audit entry per line, in log order (camelCase, as the API)
-    checkpoint.json              where the export resumes + the committed size of every day file
-    .export.lock                 a file lock: one export per directory at a time
-
-Exactly once, by construction: pages are appended to their day files, the files are fsynced,
-*then* the checkpoint (with the new file sizes) replaces the old one atomically. A crash in
-between leaves lines past the committed sizes; the next run truncates every day file back to its
-committed size (and removes day files the checkpoint does not know) before it reads those pages
-again. Nothing is held in memory beyond the page being written; a slice of pages shares one
-fsync and one commit.
+Day files are appended and fsynced, *then* ``checkpoint.json`` (with their committed sizes) is
+replaced atomically; the next run cuts every day file back to its committed size before reading
+again. Layout and design: docs/read-flows.md#export-event-log.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Reading the audit log forward from a checkpoint, one page at a time.
+"""Reading the audit log (oldest first) forward from a checkpoint, one page at a time.
 
-The log is ordered oldest first (the sandbox and the published schema agree). The reader resumes
-with the checkpoint's cursor (``pageCursor`` starts after the marked entry), repeating the
-``startDate`` of the query that issued it. A cursor the service rejects (400) is abandoned for
-``startDate`` = the last handled entry's date; entries at or before the checkpoint are then
-dropped by date and by the ids remembered at that timestamp, with a warning in the log.
-
-At most two pages are in memory, however long the log: the one the caller handles and the next,
-whose request is sent as soon as this page's cursor is known (``compliance_api/prefetch.py``), so
-the service works while the caller does. A page is a plain call, not a task run of its own: the
-client retries it (the one retry layer), and the callers group pages into the steps the UI shows
-(docs/performance.md).
+Resumes by the checkpoint's cursor, or by date if the service rejects it (docs/read-flows.md).
+At most two pages are in memory: the caller's and the next, requested as soon as this page's
+cursor is known (``compliance_api/prefetch.py``). Pages are plain client calls, not task runs.
 """
 
 from __future__ import annotations
@@ -95,11 +87,8 @@ def iter_new_pages(
     page_size: int,
     max_pages: int | None = None,
 ) -> AsyncIterator[LogPage[EventLogEntry]]:
-    """Pages after ``checkpoint``; the caller makes each durable, then saves ``page.checkpoint``.
-
-    Each yielded checkpoint assumes the previous one was saved; if it was not (a crash), the
-    next run starts again from the last saved one and the dedupe drops what is repeated.
-    """
+    """Pages after ``checkpoint``; the caller makes each durable, then saves ``page.checkpoint``
+    (after a crash the next run resumes from the last saved one; the dedupe drops repeats)."""
     return _new_pages(_fetch(client, EventLogEntry), checkpoint, page_size, max_pages)
 
 
@@ -134,7 +123,6 @@ async def _new_pages(
             ).model_copy(update={"cursor_start_date": fetched.query_start})
             pages += 1
             if fetched.page.page_info.has_next_page and (max_pages is None or pages < max_pages):
-                # the service works on the next page while the caller handles this one
                 pending = await started(read_page(fetch, checkpoint, page_size))
             yield LogPage(
                 new_entries=fresh,

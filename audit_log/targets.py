@@ -1,14 +1,8 @@
-"""What an event-triggered write flow takes from the audit log: the targets of one action that
-were logged since the flow's own checkpoint.
+"""The work of an event-triggered write flow: targets of one action logged since its checkpoint.
 
-The spec has no endpoint that lists discovered vendors or questionnaires awaiting review, so the
-audit log is the source of truth, and an event is only a wake-up call. A run reads every entry
-after its checkpoint (a Prefect Variable of its own, apart from the bridge's), handles all the
-targets it found, and saves the checkpoint only then (``commit``): a run that crashes before
-that leaves the checkpoint where it was, and the next run, or the restarted one, reads the same
-entries again. The flows count an item that is already done as done, so a repeat is harmless.
-
-Memory holds the ids of the matching targets, not the entries.
+The audit log is the source of truth (no endpoint lists discovered vendors or questionnaires to
+review); an event only wakes the flow. The flow's own checkpoint moves only once every target is
+handled (``commit``), so a crashed run's entries are read again; repeats count as done.
 """
 
 from __future__ import annotations
@@ -60,11 +54,8 @@ class NewTargets:
 
 
 async def read_new_targets(source: AuditLogSource, *, page_size: int = 100) -> NewTargets:
-    """Every ``source`` target logged after the checkpoint, oldest first, each once.
-
-    A missing checkpoint starts a few minutes back (as bootstrap does for the bridge) and is
-    saved before reading, so entries logged while this run reads are not skipped next time.
-    """
+    """Every ``source`` target logged after the checkpoint, oldest first, each once. A missing
+    checkpoint starts ``START_MARGIN`` back and is saved first, so no entry is skipped later."""
     logger = get_run_logger()
     store = VariableCheckpointStore(source.checkpoint_variable)
     checkpoint = await load_log_checkpoint(store)
@@ -119,12 +110,8 @@ async def run_on_new_targets(
     concurrency: int,
     approval: ApprovalPolicy = NO_APPROVAL,
 ) -> RunSummary | State[Any]:
-    """Run ``job`` on the items ``parse`` makes of the new targets' ids, then ``commit``.
-
-    An id no URL path can carry is a failed row of the run, not a stop: it would otherwise
-    stop every later run at the same checkpoint. A dry run, or a plan rejected by its approver,
-    leaves the checkpoint alone (the next run plans those entries again).
-    """
+    """Run ``job`` on the new targets' items, then ``commit`` (not after a dry run or a rejected
+    plan). An id no URL can carry is a failed row, not a stop that would block every later run."""
     found = await read_new_targets(source)
     ids, unusable = split_identifiers(found.ids)
     done = {i: f"done already: the audit log shows {source.done_action}" for i in found.done}

@@ -1,10 +1,7 @@
 """Digests of connector resources: what an engineer or a manager has to do next.
 
-Package vulnerabilities are banded by severity (0-10, the CVSS v3 qualitative scale: critical
->= 9, high >= 7, medium >= 4, low > 0, none) and ordered reachable first, then resolvable
-first, then by severity and CVSS score, because a reachable, fixable critical is the cheapest
-risk to remove. Training is incomplete unless its status is COMPLETE, and overdue when it is
-incomplete past its due date.
+Findings are ordered reachable, then resolvable, first (a reachable, fixable critical is the
+cheapest risk to remove); bands and the training rules: docs/read-flows.md.
 """
 
 from __future__ import annotations
@@ -171,7 +168,6 @@ class TrainingDigest:
     total: int = 0
     trainees: dict[str, TraineeCounts] = field(default_factory=dict)
     by_framework: dict[str, Counter[str]] = field(default_factory=dict)
-    by_training: dict[str, Counter[str]] = field(default_factory=dict)
 
     def add(self, row: UserSecurityTrainingStatus) -> bool:
         """Count one assignment; returns True when it is overdue."""
@@ -208,11 +204,6 @@ class TrainingDigest:
             counts["assigned"] += 1
             counts["incomplete"] += not complete
             counts["overdue"] += overdue
-        training = row.training_name or row.training_id or "(unnamed)"
-        counts = self.by_training.setdefault(training, Counter())
-        counts["assigned"] += 1
-        counts["incomplete"] += not complete
-        counts["overdue"] += overdue
         return overdue
 
     def trainee_rows(self, limit: int) -> list[dict[str, Any]]:

@@ -1,16 +1,7 @@
-"""Events the read reports emit for items someone has to act on.
+"""Events the read reports emit for items someone has to act on (shapes: docs/read-flows.md).
 
-Names and shapes are documented in docs/read-flows.md; automations key on them:
-
-* ``compliance.knowledge_base.expiring_soon`` / ``compliance.knowledge_base.expired``: resource
-  = the item, related = its owner (role ``owner``);
-* ``compliance.vulnerability.action_required``: resource = the finding, related = the connector
-  resource (role ``connector-resource``);
-* ``compliance.security_training.overdue``: resource = the trainee, related = the connector
-  resource; the payload lists the overdue trainings.
-
-Ids are uuid5 of (what, which item, report day), so a rerun on the same day sends nothing new
-while the next day's run reminds again.
+Ids are uuid5 of (what, which item, report day): a rerun the same day sends nothing new, the next
+day's run reminds again.
 """
 
 from __future__ import annotations

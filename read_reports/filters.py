@@ -1,10 +1,6 @@
-"""Flow parameters of the read flows, checked before the first API call.
-
-Operators type these into the Prefect UI or a deployment's ``parameters:``; a typo must fail the
-run at once with the parameter's name and the value, not after a dozen pages or as a 400 from the
-service. What a type can say (ranges, choices) the flows' signatures say (``runtime/form.py``);
-the formats below are the rest. Every function here raises
-:class:`~compliance_api.errors.InputError` and never calls the API.
+"""Flow parameters of the read flows, checked before the first API call (``InputError`` naming
+the parameter and value, never an API call). Ranges and choices live in the flows' signatures
+(``runtime/form.py``); the formats are checked here.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Is a knowledge-base item still trustworthy? Classification and the running tally.
-
-An item (a knowledge-base resource or an answer-library entry) needs action when it is
-*expired* (``expirationStatus`` EXPIRED or an expiration date at or before the report time),
-*expiring soon* (expiration date within ``expiring_within_days``), or *not verified* (no
-``lastVerified``, or one older than ``not_verified_days``). An item can be expired and not
-verified at once; it counts in both columns, and in the urgent-items table under its most urgent
-reason.
+"""Is a knowledge-base item still trustworthy? Classification (expired, expiring soon, not
+verified: docs/read-flows.md) and the running tally. An item can be expired and not verified;
+it counts in both, and in the urgent table under its most urgent reason.
 """
 
 from __future__ import annotations
@@ -56,8 +51,7 @@ class Owner:
 
 @dataclass(slots=True)
 class KbItem:
-    """The fields freshness needs, the same for both lists (one built per record scanned: a
-    slotted dataclass costs a third of a frozen one)."""
+    """The fields freshness needs, for both lists (slotted: a third of a frozen one's cost)."""
 
     kind: ItemKind
     id: str
@@ -83,8 +77,7 @@ def as_item(
     | KnowledgeBaseResourceSummary
     | AnswerLibraryEntrySummary,
 ) -> KbItem:
-    """Normalize either list's record (in full or summary); the signed ``fileUrl`` is never
-    carried along."""
+    """Normalize either list's record (full or summary); never carries the signed ``fileUrl``."""
     actor = record.owner_assignment
     owner = (
         Owner(actor.id, str(actor.type), actor.display_name or actor.id)
@@ -212,12 +205,8 @@ class FreshnessTally:
 
     def _urgency(self, item: KbItem, reason: Reason) -> tuple[int, float]:
         """Expired longest ago, then expiring soonest, then verified longest ago."""
-        rank = _RANK[reason]
-        if reason is Reason.NOT_VERIFIED:
-            moment = item.last_verified
-            return rank, moment.timestamp() if moment else float("-inf")
-        moment = item.expiration_date
-        return rank, moment.timestamp() if moment else float("-inf")
+        moment = item.last_verified if reason is Reason.NOT_VERIFIED else item.expiration_date
+        return _RANK[reason], moment.timestamp() if moment else float("-inf")
 
     def _row(self, item: KbItem, reasons: list[Reason]) -> dict[str, Any]:
         return {

@@ -1,8 +1,5 @@
-"""Bounded report building for the read flows: counts grow, rows do not.
-
-A report over 100,000 items must not hold 100,000 rows. Counters are incremental, and the rows an
-operator reads in an artifact are the ``top_n`` most urgent ones, kept in a heap while the pages
-stream past. Every artifact says how many rows it shows out of how many there were.
+"""Bounded report building for the read flows: counts grow, rows do not (the ``top_n`` most
+urgent rows, kept in a heap while pages stream past).
 """
 
 from __future__ import annotations
@@ -19,10 +16,8 @@ K = TypeVar("K")
 
 
 class BoundedTop(Generic[K]):
-    """Keep the ``limit`` rows with the smallest sort key (most urgent first) out of a stream.
-
-    Ties keep the earlier row, so reports are stable across runs over the same data.
-    """
+    """Keep the ``limit`` rows with the smallest sort key (most urgent) out of a stream; ties keep
+    the earlier row, so reports are stable."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit

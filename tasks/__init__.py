@@ -1,5 +1,3 @@
-"""Prefect tasks: one API operation each (or one Prefect-side step, such as saving a checkpoint),
-so the UI shows every call as a step with its own state. No logic beyond the call: flows and the
-engines decide what to send. One module per API resource, plus ``token``, ``events`` and
-``flow_runs``.
+"""Prefect tasks: one API operation (or Prefect-side step) each, so the UI shows every call as a
+step with its own state; no logic beyond the call. One module per API resource.
 """

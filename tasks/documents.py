@@ -9,11 +9,7 @@ from compliance_api.models import DocumentLink, DocumentLinkCreate
 from runtime.retries import API_CALL
 
 
-@task(
-    name="Attach document link",
-    task_run_name="attach-link-to-{document_id}",
-    **API_CALL,
-)
+@task(name="Attach document link", task_run_name="attach-link-to-{document_id}", **API_CALL)
 async def create_document_link(
     client: ComplianceClient, document_id: str, link: DocumentLinkCreate
 ) -> DocumentLink:

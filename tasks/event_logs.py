@@ -1,7 +1,5 @@
-"""Audit-log tasks: load and save the bridge's checkpoint, export a slice of pages, find what a
-lost attempt of a write run applied: each a step the UI shows.
-
-How the pages are read and deduplicated lives in ``audit_log/reading.py``.
+"""Audit-log tasks: load and save a checkpoint, export a slice of pages, find what a lost
+attempt of a write run applied. Paging and dedupe live in ``audit_log/reading.py``.
 """
 
 from __future__ import annotations
@@ -53,19 +51,14 @@ async def export_pages(
     page_size: int,
     pages: int,
 ) -> ExportedSlice:
-    """Up to ``pages`` pages appended to their day files, then made durable and committed once.
-
-    Exactly once as before (``audit_log/jsonl_export.py``): nothing past the committed sizes
-    counts until the checkpoint moves, and the next run cuts it off and reads it again. One
-    fsync per slice instead of per page is what keeps the export near a plain loop's speed.
-    """
+    """Up to ``pages`` pages appended to their day files, then made durable and committed once
+    (one fsync per slice, not per page; still exactly once: ``audit_log/jsonl_export.py``)."""
     done = ExportedSlice(checkpoint)
     log = checkpoint.log
     files, lines = dict(checkpoint.files), dict(checkpoint.lines)
     touched: set[str] = set()
     async for page in iter_new_logged_pages(client, log, page_size=page_size, max_pages=pages):
-        # in the loop, not a thread: buffered appends take a fraction of a millisecond, and a
-        # second thread would hold the GIL for up to 5 ms whenever the loop waits on a socket
+        # in the loop, not a thread: a thread was slower (GIL hand-offs, docs/performance.md)
         touched |= export.append(files, lines, page.new_entries)
         log = page.checkpoint
         done.written += len(page.new_entries)
@@ -85,8 +78,7 @@ async def export_pages(
 async def logged_targets(
     client: ComplianceClient, action: str, since: datetime
 ) -> list[dict[str, set[str]]]:
-    """The targets of each ``action`` entry logged at or after ``since``: per entry, the ids by
-    target type."""
+    """Per ``action`` entry logged since ``since``, its target ids by target type."""
     found: list[dict[str, set[str]]] = []
     async for entry in client.iter_event_logs(start_date=since):
         if entry.action == action:

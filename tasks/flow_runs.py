@@ -1,8 +1,4 @@
-"""Prefect flow-run operations: read a run with its state history, reschedule a crashed run.
-
-Crash recovery (``flows/recover_crashed_runs.py``) uses them; each is one call to the Prefect
-API, retried by Prefect when the server is busy.
-"""
+"""Prefect flow-run operations for crash recovery: read a run's state history, reschedule it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Knowledge-base scans: a slice of pages of resources or of the answer library per task run,
-each page added to the report's tally as it arrives.
-
-A page is one API call the client retries on its own (the one retry layer); a task run per page
-cost more than the call (docs/performance.md), so the UI shows one step per slice of pages.
-Only one page of records is held at a time: the tally keeps counts, not items.
+"""Knowledge-base scans: a slice of pages per task run (docs/performance.md), each page added to
+the report's tally as it arrives, so only one page of records is held at a time.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ NOTIFIED = (Reason.EXPIRING_SOON, Reason.EXPIRED)
 
 @dataclass
 class SliceScanned:
-    """A slice of pages tallied: where the next slice starts (None: the end), and the items
-    whose owners an event should tell (only when asked for)."""
+    """A slice tallied: the next slice's cursor (None: the end), and the items to notify about."""
 
     pages: int = 0
     cursor: str | None = None

@@ -9,11 +9,7 @@ from compliance_api.models import Questionnaire, QuestionnaireUpdate
 from runtime.retries import API_CALL
 
 
-@task(
-    name="Update questionnaire",
-    task_run_name="update-{questionnaire_id}-{step}",
-    **API_CALL,
-)
+@task(name="Update questionnaire", task_run_name="update-{questionnaire_id}-{step}", **API_CALL)
 async def update_questionnaire(
     client: ComplianceClient, questionnaire_id: str, update: QuestionnaireUpdate, step: str
 ) -> Questionnaire:
@@ -21,11 +17,7 @@ async def update_questionnaire(
     return await client.update_questionnaire(questionnaire_id, update)
 
 
-@task(
-    name="Approve questionnaire",
-    task_run_name="approve-{questionnaire_id}",
-    **API_CALL,
-)
+@task(name="Approve questionnaire", task_run_name="approve-{questionnaire_id}", **API_CALL)
 async def approve_questionnaire(
     client: ComplianceClient, questionnaire_id: str, status_change_message: str | None
 ) -> Questionnaire:

@@ -1,8 +1,5 @@
-"""The single shared token task every flow uses.
-
-It returns only what is safe to show (fingerprint, expiry): the token itself never becomes a
-Prefect result. Tasks then call the API through ``runtime.connection.compliance_client()``, whose
-broker already holds the token this task obtained.
+"""The shared token task every flow uses. Its result is only what is safe to show (fingerprint,
+expiry); API calls then go through ``runtime.connection.compliance_client()``'s broker.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""Four-eyes approval of a write run: publish the plan, wait for a decision, apply that plan only.
+"""Four-eyes approval of a write run: publish the plan, suspend for a decision, apply only it.
 
-With approval required, a run checks its input, works out its plan (what a dry run reports),
-publishes it as an artifact and *suspends* (Prefect's ``suspend_flow_run``): its process ends,
-so the worker is free, and the UI's Resume button shows the :class:`ApprovalInput` form. The
-answer restarts the run from the top; the suspend call, already fired, then returns the form's
-input (Prefect keeps fired pause keys for a suspended run). The run records the decision in its
-own flow-run input (``compliance-approval``), because Prefect forgets fired pause keys when a run
-is started again after a crash: a restart finds the decision there and is not asked again.
-
-An approved run applies only if its items are exactly the planned ones (the digest of their
-inputs): a file edited since, or new audit-log entries, refuse the run before any call. The
-approver is who the form says: Prefect's open-source server has no users, so who may resume
-a run is whoever may use its API (its auth string).
+How suspend, restart and the recorded decision fit together: docs/write-flows.md (approval).
 """
 
 from __future__ import annotations
@@ -78,8 +67,7 @@ NO_APPROVAL = ApprovalPolicy()
 class ApprovalInput(RunInput):
     """The UI's Resume form of a run that waits for approval."""
 
-    #: a choice with no default: an approver who submits without choosing is asked to choose
-    #: (a switch that defaults to "no" made a slip a rejection)
+    #: no default, so a slip neither approves nor rejects (the form asks to choose)
     approve: Literal["yes", "no"] = Field(
         title="Approve",
         description="yes: apply exactly this plan. no: reject it (nothing is sent).",
@@ -139,10 +127,9 @@ async def approved_or_rejected(
     planned: Callable[[], Sequence[AnyResult]],
     policy: ApprovalPolicy,
 ) -> Approval:
-    """The decision on this run's plan: recorded earlier, or asked for now (the run suspends,
-    and this returns in the resumed run). Raises :class:`PlanChanged` when an approved plan is
-    not what this run would send. The plan's counts (by ``groups``) and rows (``planned``) are
-    worked out only when the plan is first shown, not in the resumed run."""
+    """The decision on this run's plan: recorded earlier, or asked for now (the run suspends; this
+    returns in the resumed run). ``PlanChanged`` if an approved plan is not what this run sends.
+    The counts and rows (``planned``) are worked out only when the plan is first shown."""
     run_id = _flow_run_id()
     digest = plan_digest(items)
     decision = await _recorded_decision(run_id)
@@ -212,8 +199,8 @@ async def _recorded_decision(run_id: Any) -> Approval | None:
 
 
 async def _keep_plan(run_id: Any, plan: PlanRecord) -> PlanRecord:
-    """Store the plan on the run; a plan stored by an earlier attempt is kept if it is the same
-    (that is the one a person may be reading), replaced otherwise (no one decided on it)."""
+    """Store the plan on the run; an earlier attempt's is kept if the same (someone may be reading
+    it), else replaced."""
     stored = await aread_flow_run_input(PLAN_KEY, flow_run_id=run_id)
     if stored:
         earlier = PlanRecord.model_validate(stored)
@@ -319,8 +306,8 @@ async def _emit_decision(flow_key: str, run_id: Any, decision: Approval) -> None
 
 
 async def _emit(name: str, flow_key: str, run_id: Any, payload: dict[str, Any], key: str) -> None:
-    """Sent and acknowledged by the server before the run goes on (an export or SIEM keeps
-    these); the id is derived, so a restarted run's repeat is dropped by the server."""
+    """Acknowledged by the server before the run goes on (audit trail); the derived id makes a
+    restarted run's repeat a no-op."""
     event = Event(
         id=deterministic_event_id(name, str(run_id), key),
         event=name,

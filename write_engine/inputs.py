@@ -1,9 +1,6 @@
-"""Reading and checking the items of a write run, before anything is sent.
+"""Reading and checking a write run's items (inline, pasted, or a CSV/JSON file) before any call.
 
-Items come inline (flow parameters, as typed in the Prefect UI) or from a CSV or JSON file for
-bulk runs. Every problem becomes an :class:`~compliance_api.errors.InputError` that names the
-item (``row 4`` of a file, ``links[2]`` of a parameter), the field and the value, so the run
-stops before its first API call and the operator knows exactly what to fix.
+Every problem is an ``InputError`` naming the item (``row 4``, ``links[2]``), field and value.
 """
 
 from __future__ import annotations
@@ -35,8 +32,8 @@ UNUSABLE_ID = (
 
 
 def split_identifiers(values: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Ids read from the service: those a URL path can carry, and the rest (reported as
-    failed items rather than stopping the run, so one odd id cannot hold back the others)."""
+    """Ids read from the service: those a URL path can carry, and the rest (failed rows, so one
+    odd id cannot stop the run)."""
     adapter = TypeAdapter(Identifier)
     usable: list[str] = []
     unusable: list[str] = []
@@ -134,11 +131,8 @@ def _first_problem(
 def parse_items(
     model: type[ItemT], records: Iterable[tuple[str, Mapping[str, Any]]]
 ) -> list[ItemT]:
-    """Validate every record; the first bad one raises the error :func:`parse_item` names.
-
-    A bulk file holds 100,000 records: they are validated in one pass of pydantic-core, and
-    only when that pass fails are they walked one by one to name the bad item.
-    """
+    """Validate every record in one pydantic-core pass (bulk files); only if it fails, one by one,
+    so the first bad record raises the error :func:`parse_item` names."""
     records = list(records)
     datas = [data for _, data in records]
     if all(type(data) is dict for data in datas):
@@ -155,11 +149,8 @@ def _list_adapter(model: type[ItemT]) -> TypeAdapter[list[ItemT]]:
 
 
 def dedupe(items: Sequence[ItemT]) -> ParsedItems[ItemT]:
-    """Drop exact repeats (reported); the same key with different content is an input error.
-
-    Sending both versions of a conflicting pair would make the result depend on timing, and
-    silently picking one would lose the other: the operator has to decide.
-    """
+    """Drop exact repeats (reported); the same key with different content is an input error
+    (sending both would race, picking one would lose the other)."""
     kept: dict[str, ItemT] = {}
     duplicates: list[str] = []
     for item in items:
@@ -180,53 +171,6 @@ def dedupe(items: Sequence[ItemT]) -> ParsedItems[ItemT]:
     return ParsedItems.of(list(kept.values()), duplicates)
 
 
-# --------------------------------------------------------------------------------------------
-# Files
-# --------------------------------------------------------------------------------------------
-
-
-def read_input_file(
-    input_file: str | Path,
-    *,
-    columns: Sequence[str],
-    required: Sequence[str],
-    column_prefixes: Sequence[str] = (),
-    scalar_field: str | None = None,
-) -> list[tuple[str, Record]]:
-    """Records of a CSV file (with a header) or a JSON file (a list), each with its position.
-
-    ``columns`` are the names a record may have (CSV columns or JSON keys), ``required`` those a
-    CSV header must have; names starting with one of ``column_prefixes`` are allowed too. In a
-    JSON list a plain string stands for ``{scalar_field: value}``. Empty CSV cells count as not
-    given.
-    """
-    path = Path(input_file).expanduser()
-    text = _read_text(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".csv", ".json"):
-        raise InputError("input_file", str(path), "must be a .csv or .json file")
-    source = _Source("input_file", str(path), text, is_json=suffix == ".json")
-    return source.records(columns, required, column_prefixes, scalar_field)
-
-
-def read_pasted_rows(
-    text: str,
-    *,
-    columns: Sequence[str],
-    required: Sequence[str],
-    column_prefixes: Sequence[str] = (),
-    scalar_field: str | None = None,
-) -> list[tuple[str, Record]]:
-    """The records of rows pasted into the run form: a JSON list if the text starts with ``[``,
-    else CSV with a header row. Checked exactly as a file of that kind is."""
-    text = text.strip().removeprefix("\ufeff")
-    lines = text.count("\n") + 1 if text else 0
-    shown = f"pasted text ({lines} line(s))"
-    return _Source("pasted_rows", shown, text, is_json=text.startswith("[")).records(
-        columns, required, column_prefixes, scalar_field
-    )
-
-
 @dataclass(frozen=True)
 class _Source:
     """The text of a file or of pasted rows, and how its errors name it."""
@@ -235,6 +179,24 @@ class _Source:
     shown: str
     text: str
     is_json: bool
+
+    @classmethod
+    def file(cls, input_file: str | Path) -> _Source:
+        """A CSV file (with a header) or a JSON file (a list)."""
+        path = Path(input_file).expanduser()
+        text = _read_text(path)
+        suffix = path.suffix.lower()
+        if suffix not in (".csv", ".json"):
+            raise InputError("input_file", str(path), "must be a .csv or .json file")
+        return cls("input_file", str(path), text, is_json=suffix == ".json")
+
+    @classmethod
+    def pasted(cls, text: str) -> _Source:
+        """Rows pasted into the run form: JSON if they start with ``[``, else CSV."""
+        text = text.strip().removeprefix("\ufeff")
+        lines = text.count("\n") + 1 if text else 0
+        shown = f"pasted text ({lines} line(s))"
+        return cls("pasted_rows", shown, text, is_json=text.startswith("["))
 
     @property
     def prefix(self) -> str:
@@ -341,11 +303,8 @@ def _record(value: Any, scalar_field: str | None, where: str) -> Record:
 
 
 def _csv_records(source: _Source) -> tuple[list[str], list[tuple[str, Record]]]:
-    """Rows as records of their non-empty (stripped) cells, numbered by their last line.
-
-    A plain ``csv.reader`` with one dict per row (a bulk file holds 100,000 rows); it reads
-    exactly as ``csv.DictReader`` would, repeated column names included (the later cell wins).
-    """
+    """Rows as records of their non-empty stripped cells, numbered by their last line; a fast
+    ``csv.reader`` that reads as ``csv.DictReader`` would (a repeated column: later wins)."""
     reader = csv.reader(io.StringIO(source.text, newline=""))
     try:
         names = next(reader, None) or []
@@ -394,19 +353,18 @@ def collect_records(
     allow_empty: bool = False,
     pasted_rows: str | None = None,
 ) -> list[tuple[str, Record]]:
-    """Records from the parameters, the file and/or the pasted rows (any may be given); none is
-    an error unless ``allow_empty`` (a run that also takes its items from the audit log)."""
+    """Records from the parameters, the file and/or the pasted rows (any may be given), each with
+    its position; none is an error unless ``allow_empty`` (items also come from the audit log).
+
+    ``columns`` (or names with one of ``column_prefixes``) are allowed, ``required`` must be in a
+    CSV header; a plain JSON string stands for ``{scalar_field: value}``; empty cells are not given.
+    """
     records = list(inline or [])
-    rules: dict[str, Any] = {
-        "columns": columns,
-        "required": required,
-        "column_prefixes": column_prefixes,
-        "scalar_field": scalar_field,
-    }
+    rules = (columns, required, column_prefixes, scalar_field)
     if input_file:
-        records.extend(read_input_file(input_file, **rules))
+        records.extend(_Source.file(input_file).records(*rules))
     if pasted_rows and pasted_rows.strip():
-        records.extend(read_pasted_rows(pasted_rows, **rules))
+        records.extend(_Source.pasted(pasted_rows).records(*rules))
     if not records and not allow_empty:
         raise InputError("input", None, f"no items: give {what}")
     return records

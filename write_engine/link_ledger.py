@@ -1,18 +1,8 @@
-"""The ledger of document links this project has sent, so no link is attached twice.
+"""The ledger of document links sent, so no link is attached twice (the API cannot list them).
 
-Creating a link is not idempotent and the service offers no way to list a document's links,
-so the only memory of "already attached" is ours. Each (tenant, document, URL) goes through:
-
-- ``pending``: written *before* the request. If the process dies or the answer is lost, the
-  entry stays pending and later runs report the link for review instead of resending it.
-- ``attached``: written after the service answered 201, with the link id.
-- (no entry): the service refused the request outright (4xx), so nothing was created.
-
-Where it lives decides who shares it. By default it is a SQLite file (WAL mode) under
-``COMPLIANCE_STATE_DIR``: every run on this machine shares it, no other machine sees it. With
-``COMPLIANCE_LINK_LEDGER_URL`` set to a PostgreSQL database (the Prefect server's own will do),
-every worker on every machine shares one table. Either way a claim is one
-``INSERT ... ON CONFLICT DO NOTHING``, so two runs can never both send the same link.
+Per (tenant, document, URL): ``pending`` written before the request, ``attached`` after the 201,
+no entry when the service refused it. A claim is one ``INSERT ... ON CONFLICT DO NOTHING`` in a
+local SQLite file or a shared PostgreSQL table (docs/write-flows.md, attach-document-links).
 """
 
 from __future__ import annotations
@@ -80,9 +70,8 @@ def _sqlite_pragmas(connection: Any, _record: object) -> None:
 
 
 def _use_wal(connection: Any, attempts: int = 50) -> None:
-    """WAL is a property of the file: set once. Switching needs the file to itself, and two
-    ledgers opening a new file at once can meet there, where SQLite answers "locked" without
-    waiting out the busy timeout: ask again shortly."""
+    """Set WAL once per file. Two ledgers opening a new file at once can get "locked" without
+    the busy timeout applying, so ask again shortly."""
     for attempt in range(attempts):
         try:
             if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":

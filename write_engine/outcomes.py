@@ -1,8 +1,6 @@
-"""What happened to each item of a write run, and the run as a whole.
+"""What happened to each item of a write run, and to the run: one vocabulary for every flow.
 
-Every write flow reports in these terms, so operators read one vocabulary in every table and
-the rerun flow can treat every flow's failures alike. Nothing here may hold a secret: these
-objects become Prefect results, artifacts and events.
+Nothing here may hold a secret: these objects become Prefect results, artifacts and events.
 """
 
 from __future__ import annotations
@@ -37,16 +35,12 @@ class Outcome(StrEnum):
         return self in _FAILURES
 
 
-#: (a set built once: bulk runs ask this of every item)
 _FAILURES = frozenset({Outcome.FAILED, Outcome.FAILED_RETRYABLE, Outcome.NEEDS_REVIEW})
 
 
 class ItemResult(BaseModel):
-    """One row of the run's table artifact.
-
-    ``rerun_input`` is the input that finishes the item's remaining work (for a questionnaire,
-    only the steps that did not happen yet); it is set on failures only.
-    """
+    """One row of the run's table; ``rerun_input`` (failures only) finishes the item's remaining
+    work (for a questionnaire, only the steps not done yet)."""
 
     item: str
     outcome: Outcome
@@ -58,12 +52,8 @@ class ItemResult(BaseModel):
 
 @dataclass(slots=True)
 class Done:
-    """An item that needs no follow-up (succeeded, skipped or planned), in brief.
-
-    A bulk run reports tens of thousands of these; a validated :class:`ItemResult` per item
-    would cost more CPU than the API call that reports it. Failures always get a full
-    ItemResult, because they carry the input a rerun sends.
-    """
+    """An item needing no follow-up, in brief: cheaper than a validated ItemResult in bulk runs.
+    Failures always get a full ItemResult (it carries the rerun input)."""
 
     item: str
     outcome: Outcome = Outcome.SUCCEEDED
@@ -128,11 +118,7 @@ class RunSummary(BaseModel):
 
 
 class ItemsFailed(Exception):
-    """Raised (as the data of the run's Failed state) when any item failed.
-
-    It carries the whole summary, so a Python caller that awaits the flow gets the same typed
-    report from the exception as it would from a successful return.
-    """
+    """The data of a run's Failed state when any item failed; ``.summary`` is the RunSummary."""
 
     def __init__(self, summary: RunSummary) -> None:
         self.summary = summary

@@ -1,9 +1,7 @@
-"""What a write run leaves in the Prefect UI: a results table, a progress bar, a failed-items
-record for reruns, and an event when items failed.
+"""What a write run leaves in the Prefect UI: results table, progress, failed-items record, event.
 
-The failed-items record lives in the Prefect database (a table artifact attached to the flow
-run), so a rerun works from any machine that can reach the Prefect API and needs no file of
-its own. It holds item inputs only: ids, titles, URLs - never a credential or token.
+The failed-items record is a table artifact of the flow run, so a rerun works from any machine
+that reaches the Prefect API. It holds item inputs only, never a credential.
 """
 
 from __future__ import annotations
@@ -55,11 +53,6 @@ def rerun_hint(flow_run_id: str) -> str:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Results table
-# --------------------------------------------------------------------------------------------
-
-
 def result_rows(results: Sequence[AnyResult]) -> tuple[list[dict[str, str]], int]:
     """Rows for the table: every failure, then other items up to ``MAX_OK_ROWS``."""
     failures: list[AnyResult] = []
@@ -108,11 +101,6 @@ async def publish_results_table(
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Progress
-# --------------------------------------------------------------------------------------------
-
-
 class Progress:
     """A progress artifact, updated as units of work finish (at most every ``interval`` s)."""
 
@@ -152,17 +140,9 @@ class Progress:
         return f"{min(self.done, self.total)} of {self.total} call(s) done"
 
 
-# --------------------------------------------------------------------------------------------
-# Failed items: persisted for reruns
-# --------------------------------------------------------------------------------------------
-
-
 async def publish_failed_items(flow_key: str, summary: RunSummary) -> None:
-    """Record the failed items with the input that reruns them (an empty table if none).
-
-    Always written, so "no failed items" is a positive record of a finished run, unlike a run
-    that crashed before reporting.
-    """
+    """Record the failed items with their rerun input; always written (empty if none), so a
+    finished run is told apart from one that crashed before reporting."""
     rows = [
         {
             "item": r.item,
@@ -236,18 +216,9 @@ def _rows(data: Any) -> list[dict[str, Any]]:
     return []
 
 
-# --------------------------------------------------------------------------------------------
-# Event
-# --------------------------------------------------------------------------------------------
-
-
 def emit_failed_items_event(flow_key: str, summary: RunSummary) -> None:
-    """Tell automations that this run left failed items (e.g. to schedule a capped rerun).
-
-    The resource label ``compliance.retryable-items`` says whether any of them failed for a
-    transient reason: an automation can then rerun only runs (and items) that a later attempt
-    can fix, and leave refusals (not found, permission denied, needs review) to a person.
-    """
+    """Tell automations this run left failed items; ``RETRYABLE_LABEL`` says whether any failed
+    transiently, so an automatic rerun can leave refusals to a person."""
     if not summary.failed or summary.flow_run_id is None:
         return
     by_outcome = {

@@ -1,17 +1,9 @@
-"""The shape every write flow shares: validate, apply in bounded parallel, report, fail red.
+"""The engine every write flow shares: validate, apply in bounded parallel, report, fail red.
 
-A flow states *what* to do with one unit of work (a ``WriteJob``); this module does the rest
-the same way for all of them: a progress bar while units finish, a results table, the
-failed-items record a rerun reads, an event when something failed, and a final state that is
-Completed only when every item succeeded.
-
-Concurrency is a capacity limiter around awaited async task calls on the flow's own event
-loop, so every task shares the one pooled ``ComplianceClient`` and the one token broker.
-
-A run may be started again on another host after its process lost contact (crash recovery).
-Each attempt writes only while the run is still its own (``runtime/attempts.py``), records
-what it sends before sending it (``write_engine/send_record.py``), and starts from what earlier
-attempts recorded: nothing is sent twice, and a lost attempt reports nothing.
+A ``WriteJob`` says how one unit of items is sent; the engine adds progress, the results table,
+the failed-items record and event, and attempt fencing so a restarted run sends nothing twice
+(docs/write-flows.md#when-a-run-is-started-again-lost-attempts). Units run as async tasks on the
+flow's event loop, so all share one pooled ``ComplianceClient`` and one token broker.
 """
 
 from __future__ import annotations
@@ -80,10 +72,8 @@ CLOCK_MARGIN = timedelta(minutes=5)
 
 
 class WriteJob(ABC, Generic[ItemT]):
-    """One write flow's rules: how items group into API calls, and what a call does.
-
-    A *unit* is the list of items one call (or one sequence of calls) handles: one vendor, one
-    chunk of up to 100 people of one group, one questionnaire's route.
+    """One write flow's rules: how items group into *units* (what one call, or one sequence of
+    calls, handles: a vendor, a chunk of 100 people, a questionnaire's route) and what a call does.
     """
 
     #: the flow's key: names its artifacts and tells the rerun flow which job to use
@@ -96,13 +86,11 @@ class WriteJob(ABC, Generic[ItemT]):
         return [[item] for item in items]
 
     def plan_groups(self, item: ItemT) -> Iterable[str]:
-        """What the plan an approver reads counts the item under (its group, tags or document);
-        by default a plain total."""
+        """What the approver's plan counts the item under (group, tags, document)."""
         return ("items",)
 
     def units_in_flight(self, concurrency: int) -> int:
-        """How many units run at once: ``concurrency``, unless the job caps its API calls
-        itself (then it may prepare more units than it sends calls)."""
+        """Units run at once; a job that caps its API calls itself may prepare more."""
         return concurrency
 
     async def validate_remotely(self, client: ComplianceClient, items: Sequence[ItemT]) -> None:
@@ -114,27 +102,18 @@ class WriteJob(ABC, Generic[ItemT]):
 
     @abstractmethod
     async def apply(self, client: ComplianceClient, unit: Sequence[ItemT]) -> Sequence[AnyResult]:
-        """Send the unit; every item gets a result, API errors become failed items.
-
-        Items that need no follow-up may be reported as a brief :class:`Done` (cheap in bulk);
-        failures are full :class:`ItemResult` rows with their rerun input.
-        """
+        """Send the unit; every item gets a result (a cheap ``Done``, or a full ``ItemResult`` with
+        rerun input for failures); API errors become failed items."""
 
     async def applied_by_lost_attempt(
         self, client: ComplianceClient, units: Sequence[Sequence[ItemT]], since: datetime
     ) -> set[int] | None:
-        """Of ``units``, claimed by an earlier attempt of this run that never got their answers
-        (each was sent or not), the positions the service shows as applied, e.g. in its audit
-        log since ``since``; the others are sent. ``None``: the service cannot tell, so every
-        one is reported for review, never sent twice (the default).
-        """
+        """Of ``units`` a lost attempt claimed without an answer, the positions the service shows
+        applied since ``since`` (the rest are sent); ``None``: cannot tell, all go to review."""
         return None
 
     def summarize(self, summary: RunSummary, results: Sequence[ItemResult]) -> RunSummary:
-        """A flow-specific summary (a subclass of RunSummary) if the flow has more to say.
-
-        ``results`` are the full ItemResult rows the job reported (not the brief ``Done``s).
-        """
+        """A flow-specific RunSummary subclass, from the full ItemResult rows (not ``Done``s)."""
         return summary
 
 
@@ -150,8 +129,7 @@ def failure(item: ItemInput, error: BaseException, *, prefix: str = "") -> ItemR
 
 
 def unusable_id(item: str) -> ItemResult:
-    """The failed row of an id read from the audit log that cannot be sent (nothing to rerun:
-    the same id would be refused again)."""
+    """The failed row of an audit-log id no URL can carry (no rerun input: it would fail again)."""
     return ItemResult(item=item, outcome=Outcome.FAILED, reason=UNUSABLE_ID)
 
 
@@ -197,115 +175,86 @@ async def run_write_job(
     done: Mapping[str, str] | None = None,
     approval: ApprovalPolicy = NO_APPROVAL,
 ) -> RunSummary | State[Any]:
-    """Apply (or plan) every item, publish the reports, and return the run's final outcome.
+    """Apply (or plan) every item, publish the reports; the summary, or a Failed state whose data
+    is ``ItemsFailed``, or Cancelled when the approver rejects the plan.
 
-    Returns the summary when every item succeeded (or was skipped/planned), otherwise a Failed
-    state whose data is :class:`ItemsFailed` carrying the same summary.
-
-    ``carried`` are rows this run reports without sending them: earlier failures (an automatic
-    rerun leaves refusals to a person), which keep the run red and stay in its failed-items
-    record, so the last run of a chain always lists everything still to do. ``done`` maps the
-    keys of items known to be done already (e.g. by the audit log) to why: reported skipped,
-    not sent.
-
-    With ``approval.required`` (and not a dry run) the run applies only a plan someone
-    approved (write_engine/approval.py): it suspends until then, and a rejected plan ends the
-    run Cancelled with nothing sent.
-
-    A run that is no longer this process's (``runtime/attempts.py``) ends with Prefect's
-    ``Abort``: nothing published, no state proposed.
+    ``carried``: rows reported unsent (e.g. refusals a rerun leaves to a person), which keep the
+    run red and stay in its failed-items record. ``done``: item key -> why it is done already
+    (reported skipped). A lost attempt (``runtime/attempts.py``) ends with ``Abort``: nothing
+    published, no state proposed.
     """
     try:
-        return await _run_write_job(
-            job,
-            parsed,
-            dry_run=dry_run,
-            concurrency=concurrency,
-            rerun_of=rerun_of,
-            attempt=attempt,
-            carried=carried,
-            done=done or {},
-            approval=approval,
+        logger = get_run_logger()
+        items = parsed.items
+        if parsed.duplicates:
+            logger.warning(
+                "Removed %d duplicate item(s): %s",
+                len(parsed.duplicates),
+                ", ".join(parsed.duplicates),
+            )
+        units = job.units(items)
+        progress = Progress(job.flow_key, len(units))
+        waits = approval.required and not dry_run
+        mode = "Dry run: planning" if dry_run else "Planning for approval" if waits else "Applying"
+        logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))
+
+        needs_client = bool(units) and (not dry_run or job.reads_during_validation)
+        record: SendRecord | None = None
+        decision: Approval | None = None
+        if waits:
+            check_can_wait()  # before any call
+        async with (
+            compliance_client() if needs_client else nullcontext(None) as client,
+            fenced() as fence,
+        ):
+            if client is not None:
+                if not waits:  # a run that waits gets its token once approved
+                    await obtain_token_first(logger)
+                await job.validate_remotely(client, items)
+            if waits and units:
+                decision = await approved_or_rejected(
+                    job.flow_key, items, job.plan_groups, lambda: _plan_all(job, units), approval
+                )
+                if not decision.approved:
+                    return await _rejected(
+                        job, parsed, decision, rerun_of=rerun_of, attempt=attempt
+                    )
+                logger.info("Applying %d approved item(s)", len(items))
+                await obtain_token_first(logger)
+            await progress.start()
+            if dry_run:
+                results = _plan_all(job, units)
+                await progress.finish()
+            elif units:
+                assert client is not None
+                results, record = await _apply_attempt(
+                    job, client, units, concurrency, progress, fence, done or {}
+                )
+            else:  # only carried failures: nothing to send
+                results = []
+                await progress.finish()
+        if not dry_run:
+            await abort_if_lost()  # a lost attempt reports nothing and proposes no final state
+
+        if carried:
+            results = [*results, *carried]
+        summary = _summary(
+            job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt
         )
+        summary.approval = decision
+        await publish_results_table(job.flow_key, summary, results)
+        if not dry_run:
+            await publish_failed_items(job.flow_key, summary)
+            emit_failed_items_event(job.flow_key, summary)
+        _log_outcome(logger, summary)
+        if record is not None:
+            await record.forget()
+        if summary.failed:
+            failed = ItemsFailed(summary)
+            return Failed(message=str(failed), data=failed)
+        return summary
     except AttemptLost as lost:
         raise Abort(str(lost)) from None
-
-
-async def _run_write_job(
-    job: WriteJob[ItemT],
-    parsed: ParsedItems[ItemT],
-    *,
-    dry_run: bool,
-    concurrency: int,
-    rerun_of: str | None,
-    attempt: int,
-    carried: Sequence[ItemResult],
-    done: Mapping[str, str],
-    approval: ApprovalPolicy,
-) -> RunSummary | State[Any]:
-    logger = get_run_logger()
-    items = parsed.items
-    if parsed.duplicates:
-        logger.warning(
-            "Removed %d duplicate item(s): %s", len(parsed.duplicates), ", ".join(parsed.duplicates)
-        )
-    units = job.units(items)
-    progress = Progress(job.flow_key, len(units))
-    waits = approval.required and not dry_run
-    mode = "Dry run: planning" if dry_run else "Planning for approval" if waits else "Applying"
-    logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))
-
-    needs_client = bool(units) and (not dry_run or job.reads_during_validation)
-    record: SendRecord | None = None
-    decision: Approval | None = None
-    if waits:
-        check_can_wait()  # before any call
-    async with (
-        compliance_client() if needs_client else nullcontext(None) as client,
-        fenced() as fence,
-    ):
-        if client is not None:
-            if not waits:  # a run that waits gets its token once approved
-                await obtain_token_first(logger)
-            await job.validate_remotely(client, items)
-        if waits and units:
-            decision = await approved_or_rejected(
-                job.flow_key, items, job.plan_groups, lambda: _plan_all(job, units), approval
-            )
-            if not decision.approved:
-                return await _rejected(job, parsed, decision, rerun_of=rerun_of, attempt=attempt)
-            logger.info("Applying %d approved item(s)", len(items))
-            await obtain_token_first(logger)
-        await progress.start()
-        if dry_run:
-            results = _plan_all(job, units)
-            await progress.finish()
-        elif units:
-            assert client is not None
-            results, record = await _apply_attempt(
-                job, client, units, concurrency, progress, fence, done
-            )
-        else:  # only carried failures: nothing to send
-            results = []
-            await progress.finish()
-    if not dry_run:
-        await abort_if_lost()  # a lost attempt reports nothing and proposes no final state
-
-    if carried:
-        results = [*results, *carried]
-    summary = _summary(job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt)
-    summary.approval = decision
-    await publish_results_table(job.flow_key, summary, results)
-    if not dry_run:
-        await publish_failed_items(job.flow_key, summary)
-        emit_failed_items_event(job.flow_key, summary)
-    _log_outcome(logger, summary)
-    if record is not None:
-        await record.forget()
-    if summary.failed:
-        failed = ItemsFailed(summary)
-        return Failed(message=str(failed), data=failed)
-    return summary
 
 
 def _plan_all(job: WriteJob[ItemT], units: Sequence[Sequence[ItemT]]) -> list[AnyResult]:
@@ -321,8 +270,7 @@ async def _rejected(
     rerun_of: str | None,
     attempt: int,
 ) -> State[Any]:
-    """A rejected plan: every item reported not applied, no failed-items record (nothing to
-    rerun), and the run Cancelled with the decision as its message."""
+    """Every item reported not applied, no failed-items record, the run Cancelled."""
     reason = f"not applied: {decision.line()}"
     results: list[AnyResult] = [Done(i.label(), Outcome.SKIPPED, reason) for i in parsed.items]
     summary = _summary(job, parsed, results, dry_run=False, rerun_of=rerun_of, attempt=attempt)
@@ -333,16 +281,8 @@ async def _rejected(
 
 
 async def obtain_token_first(logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-    """Get the shared token before the first write, as its own task run.
-
-    The run then starts its calls with a token in hand: the UI shows which token (fingerprint and
-    expiry, never the value) before any item is sent, and the token endpoint's rate-limit slot is
-    taken before hundreds of task runs start (on a SQLite Prefect server, that slot's update
-    otherwise collides with the recording of their first states and waits out a 2 s retry).
-
-    A failure here is not the run's end: every call asks the broker again (with its retries) and
-    reports its own items, so an outage still leaves each item failed_retryable and rerunnable.
-    """
+    """Get the shared token as its own task run before the first write (docs/performance.md#kept);
+    not fatal if it fails: every call asks the broker again and reports its own items."""
     try:
         await get_shared_access_token.with_options(retries=0)()
     except Exception as error:
@@ -361,8 +301,7 @@ async def _apply_attempt(
     attempt: Attempt | None,
     done: Mapping[str, str],
 ) -> tuple[list[AnyResult], SendRecord | None]:
-    """This attempt's results, in unit order: what is known done (``done``: item key ->
-    reason) and what earlier attempts settled, then the rest, sent."""
+    """This attempt's results in unit order: known done, settled by earlier attempts, then sent."""
     by_unit: dict[int, Sequence[AnyResult]] = {
         index: [Done(item.label(), Outcome.SKIPPED, done[item.key()]) for item in unit]
         for index, unit in enumerate(units)
@@ -399,8 +338,7 @@ async def _settle_earlier(
     record: SendRecord,
     skip: set[int],
 ) -> dict[int, Sequence[AnyResult]]:
-    """The units (but ``skip``) earlier attempts of this run settled: done, or claimed without
-    an answer."""
+    """The units (but ``skip``) earlier attempts settled: done, or claimed without an answer."""
     if not record.earlier:
         return {}
     settled: dict[int, Sequence[AnyResult]] = {}

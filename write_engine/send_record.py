@@ -1,29 +1,8 @@
 """What each attempt of a write run may have sent, kept on the Prefect server for the next one.
 
-When a run is started again after a crash or a cut-off worker (the same flow run, on any host),
-its new attempt must not send again what the lost one sent: the API has no read for "is this
-vendor managed" or "is this person in the group". So an attempt claims units before it sends
-them, a window of them at a time (``claim``: awaited, so the claim is on the server before any
-request of the window leaves), and records how each unit was answered (carried by the next
-write). The next attempt reads the record and
-
-- skips the units that were answered with every item done,
-- sends again the units that were answered with failures (refusals are not applied),
-- asks the job about the units claimed but never answered (in flight, or not yet sent when the
-  attempt was lost): a job that can tell from the service (the audit log) says which were
-  applied, and the others are sent; otherwise they are reported for review, never sent twice.
-
-A job that can tell lets the window grow while the server is slow to write (a SQLite server
-under a bulk run takes seconds), so claims never hold the calls up; for the others the window
-stays small, and so does what a lost attempt leaves for review.
-
-The record is one Prefect Variable per attempt (``compliance_sent_<run>_<attempt>``), which every
-worker reaches through the Prefect API alone. Claiming a window ahead keeps the writes to about
-one per ``window`` units, written while earlier units are on the wire. Units are numbered in the
-order the job lists them; the record keeps the digest of that list, so a list that changed
-between attempts (a different input file) is noticed instead of being matched by position.
-Index sets are kept as ranges, so a record stays small (Prefect caps a Variable at 5,000
-characters). The run deletes its records when it finishes in its own process.
+One Prefect Variable per attempt (``compliance_sent_<run>_<attempt>``): units claimed a window
+ahead before they are sent, and how each was answered. Design and rules:
+docs/write-flows.md#when-a-run-is-started-again-lost-attempts.
 """
 
 from __future__ import annotations
@@ -202,9 +181,8 @@ class SendRecord:
         self._position = {index: position for position, index in enumerate(self._order)}
 
     async def claim(self, index: int) -> None:
-        """Return once the unit is claimed on the server (``AttemptLost`` if this process no
-        longer runs the run). Claims run a window ahead: when half of the claimed window is
-        used, the next one is written in the background."""
+        """Return once the unit is claimed on the server (``AttemptLost`` if the run is no longer
+        this process's); the next window is written in the background when half is used."""
         await self.attempt.ensure_current()
         position = self._position[index]
         if position + self.window // 2 >= self._claimed:
