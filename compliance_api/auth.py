@@ -1,8 +1,5 @@
-"""The seam between the data client and whoever owns the access token.
-
-The client never mints tokens itself: it asks a ``TokenProvider`` for the current token and,
-on a 401, asks it to replace exactly the token that failed (compare-and-swap), so that many
-callers sharing one provider cause at most one new mint.
+"""The seam between the data client and the token's owner: on a 401 the client asks the
+``TokenProvider`` to replace exactly the failed token (compare-and-swap: one mint for many callers).
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """``compliance-flows``: token chores an operator does by hand (no Prefect needed).
 
-    compliance-flows authorize-url            print the consent URL and the state to keep
-    compliance-flows connect --code C --state S --expected-state E
-    compliance-flows token-status             fingerprint and expiry of the stored token
-    compliance-flows disconnect [--source-id ID]
-
-Settings come from COMPLIANCE_* variables (or .env), never from a Compliance Credentials block
-(that needs Prefect; COMPLIANCE_CREDENTIALS_BLOCK is ignored). These commands use the local
-token store; deployments that keep tokens on the Prefect server use the ``disconnect_customer``
-flow.
+Settings come from COMPLIANCE_* variables (or .env), never a credentials block; the local token
+store is used (docs/shared-token.md#operator-commands).
 """
 
 from __future__ import annotations

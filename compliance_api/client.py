@@ -1,18 +1,6 @@
-"""The async data client: one method per operation of the Compliance API.
-
-One pooled ``httpx.AsyncClient`` serves every call. Bearer tokens come from a
-:class:`~compliance_api.auth.TokenProvider`; on a 401 the client asks it to replace exactly the
-token that failed and resends once. Transient failures are retried with tenacity, but only
-where a repeat cannot double-apply (see :mod:`compliance_api.retry`); these are a call's only
-retries, from plain Python and inside a flow run alike, so one call is sent at most
-``max_retries + 1`` times. Errors are the package's own (:mod:`compliance_api.errors`) and never
-carry a secret or an httpx object.
-
-Usable from plain Python::
-
-    async with ComplianceClient(url, StaticTokenProvider(token)) as client:
-        async for entry in client.iter_event_logs(start_date=since):
-            ...
+"""The async data client: one method per Compliance API operation over one pooled
+``httpx.AsyncClient``; tokens from a ``TokenProvider`` (a 401 replaces the failed one and resends
+once), retries per :mod:`compliance_api.retry`. Behaviour and usage: docs/client.md.
 """
 
 from __future__ import annotations
@@ -66,8 +54,6 @@ from compliance_api.models import (
 from compliance_api.prefetch import sent_hook
 from compliance_api.retry import RetryMode, RetryNotice, RetryPolicy, retrying
 from compliance_api.settings import Settings
-
-__all__ = ["APPROVER_ENTITLEMENT", "ClientStats", "ComplianceClient", "DEFAULT_LIMITS"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -129,10 +115,8 @@ class ComplianceClient:
     def from_settings(
         cls, settings: Settings, token_provider: TokenProvider, **kwargs: Any
     ) -> ComplianceClient:
-        """Wire base URL (gov tier included), timeout and retries from ``COMPLIANCE_*``.
-
-        ``max_retries`` or ``retry_policy`` in ``kwargs`` take precedence over the settings.
-        """
+        """Base URL (gov tier included), timeout and retries from ``COMPLIANCE_*``; ``max_retries``
+        or ``retry_policy`` in ``kwargs`` take precedence."""
         kwargs.setdefault("timeout", settings.http_timeout_seconds)
         if kwargs.get("retry_policy") is None:
             max_retries = kwargs.pop("max_retries", settings.max_retries)
@@ -166,10 +150,6 @@ class ComplianceClient:
     def __repr__(self) -> str:
         return f"ComplianceClient(base_url={self._base_url!r})"
 
-    # ----------------------------------------------------------------------------------------
-    # Lists: knowledge base, answer library, event logs (paginated)
-    # ----------------------------------------------------------------------------------------
-
     async def list_page(
         self,
         item: type[M],
@@ -179,14 +159,8 @@ class ComplianceClient:
         page_size: int = MAX_PAGE_SIZE,
         page_cursor: str | None = None,
     ) -> Page[M]:
-        """One page of the list ``item`` is read from; ``page_info.end_cursor`` asks for the next.
-
-        ``item`` picks the list and how much of each record is read: ``KnowledgeBaseResource``
-        or ``KnowledgeBaseResourceSummary`` (``filters``: ``KnowledgeBaseFilter`` or a dict),
-        ``AnswerLibraryEntry`` or ``AnswerLibraryEntrySummary`` (``AnswerLibraryFilter``), and
-        ``EventLogEntry`` or ``LoggedEvent`` (``start_date``). A summary reads only what a report
-        over a whole list needs; a ``LoggedEvent`` keeps the entry as sent, for copying it.
-        """
+        """One page of the list ``item`` belongs to (``_LISTS``); ``page_info.end_cursor`` asks
+        for the next. The item models and their filters: docs/client.md, Lists."""
         if item not in _LISTS:
             raise InputError("item", item.__name__, f"must be one of {', '.join(_LIST_ITEMS)}")
         listing, envelope = _LISTS[item]
@@ -197,11 +171,8 @@ class ComplianceClient:
     async def iter_event_logs(
         self, start_date: datetime | None = None, page_size: int = MAX_PAGE_SIZE
     ) -> AsyncIterator[EventLogEntry]:
-        """Every event at or after ``start_date``, oldest page first, one page in memory.
-
-        Follows ``endCursor`` while ``hasNextPage``; a next page without a new cursor to reach
-        it raises ``APIError`` instead of looping.
-        """
+        """Every event at or after ``start_date``, one page in memory; a next page without a new
+        cursor raises ``APIError`` instead of looping."""
         cursor: str | None = None
         while True:
             page = await self.list_page(
@@ -221,18 +192,11 @@ class ComplianceClient:
                 raise APIError(problem, operation="list_event_logs")
             cursor = info.end_cursor
 
-    # ----------------------------------------------------------------------------------------
-    # Questionnaires and accounts
-    # ----------------------------------------------------------------------------------------
-
     async def update_questionnaire(
         self, questionnaire_id: str, update: QuestionnaireUpdate | Mapping[str, Any]
     ) -> Questionnaire:
-        """Change status, owner, due date, tags...; only the fields set on ``update`` are sent.
-
-        Setting or clearing the approver needs the ``QuestionnaireAutomationAdvanced``
-        entitlement; a 403 for such an update says so, whatever the service's message.
-        """
+        """Send the fields set on ``update``; a 403 for setting or clearing the approver names the
+        entitlement it needs."""
         path = f"/v1/customer-trust/questionnaires/{_segment('questionnaire_id', questionnaire_id)}"
         request: QuestionnaireUpdate = coerce_request(QuestionnaireUpdate, update)
         body = request.to_wire_json()
@@ -263,10 +227,6 @@ class ComplianceClient:
         response = await self._call("update_account", "PATCH", path, content=body)
         return _parse(CustomerTrustAccount, response, "update_account")
 
-    # ----------------------------------------------------------------------------------------
-    # Vendors, documents, groups
-    # ----------------------------------------------------------------------------------------
-
     async def add_discovered_vendor_to_managed(self, discovered_vendor_id: str) -> Vendor:
         """Promote a discovered vendor; the service treats a repeat as the same promotion."""
         ident = _segment("discovered_vendor_id", discovered_vendor_id)
@@ -289,11 +249,8 @@ class ComplianceClient:
     async def add_people_to_group(
         self, group_id: str, person_ids: Sequence[str]
     ) -> list[GroupUpdateResult]:
-        """Add 1-100 people; per-person failures come back as ERROR items, in request order.
-
-        Each result is checked against the id sent at its position, so a result can never be
-        attributed to the wrong person.
-        """
+        """Add 1-100 people; per-person failures are ERROR items, each checked against the id sent
+        at its position."""
         path = f"/v1/groups/{_segment('group_id', group_id)}/add-people"
         ids = check_person_ids(person_ids)
         body = add_people_body(ids)
@@ -305,10 +262,6 @@ class ComplianceClient:
                 problem, operation="add_people_to_group", status_code=response.status_code
             )
         return results
-
-    # ----------------------------------------------------------------------------------------
-    # Connector resources
-    # ----------------------------------------------------------------------------------------
 
     async def list_package_vulnerabilities(self, resource_id: str) -> list[PackageVulnerability]:
         """Vulnerable packages a connector reported for one registered resource."""
@@ -334,10 +287,6 @@ class ComplianceClient:
         )
         return _parse(_TRAININGS, response, "list_user_security_training").resources
 
-    # ----------------------------------------------------------------------------------------
-    # Tag categories (resolve names to ids for tag filters and updates)
-    # ----------------------------------------------------------------------------------------
-
     async def list_tag_categories(
         self, product_contexts: Sequence[ProductContext | str] | None = None
     ) -> list[TagCategory]:
@@ -358,10 +307,6 @@ class ComplianceClient:
             "get_tag_category", "GET", f"/v1/customer-trust/tag-categories/{ident}"
         )
         return _parse(TagCategoryDetail, response, "get_tag_category")
-
-    # ----------------------------------------------------------------------------------------
-    # Transport
-    # ----------------------------------------------------------------------------------------
 
     async def _call(
         self,
@@ -432,11 +377,6 @@ class ComplianceClient:
             failure = error_from_transport(exc, operation)
         # raised outside ``except`` so the httpx error (and its request headers) is not chained
         raise failure
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
 
 
 def _headers(token: AccessToken, has_body: bool) -> dict[str, str]:

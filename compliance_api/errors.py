@@ -1,32 +1,6 @@
-"""The small exception hierarchy every layer catches.
-
-Each error carries the operation it came from and the server's message, never a secret:
-``http_errors`` maps every response, redacting any credential the server echoes and capping
-the message, and request bodies (which may carry them) are never copied into an error.
-
-    ComplianceError
-    ├── ConfigurationError              a COMPLIANCE_* setting is missing or malformed
-    ├── InputError (ValueError)         bad input, refused before any request
-    ├── CodeExchangeDeadlineError       an authorization code could not be sent in its 30 s
-    ├── APIError                        a call to the service did not succeed
-    │   ├── TransportError              no response (``request_sent`` says if it left)
-    │   └── APIStatusError              an error status
-    │       ├── InvalidRequestError     400/422
-    │       │   └── InvalidScopeError   400 invalid_scope
-    │       ├── AuthenticationError     401
-    │       │   ├── InvalidClientError  401 invalid_client (wrong id or secret)
-    │       │   └── ReauthorizationRequiredError (oauth.py)  the customer's grant is gone
-    │       ├── PermissionDeniedError   403
-    │       ├── NotFoundError           404
-    │       ├── ConflictError           409
-    │       ├── RateLimitedError        429 (``retry_after``)
-    │       └── ServerError             5xx
-    ├── StateMismatchError (oauth.py)   the redirect's ``state`` is not the one sent
-    └── tokens/errors.py: TokenLockTimeoutError, TokenRateLimitWaitError, TokenStoreError,
-        NotConnectedError
-
-A customer must authorize again after ``ReauthorizationRequiredError`` (the service refused
-the code or refresh token) and after ``CodeExchangeDeadlineError`` (the code was never sent).
+"""The exception hierarchy every layer catches (docs/client.md, Errors). Errors carry the
+operation and the server's message, never a secret; ``oauth.py`` and ``tokens/errors.py`` add
+the token-side ones.
 """
 
 from __future__ import annotations
@@ -58,12 +32,8 @@ class InputError(ComplianceError, ValueError):
 
 
 class CodeExchangeDeadlineError(ComplianceError):
-    """An authorization code cannot be exchanged within 30 s of its redirect (spec §5.6).
-
-    Raised before the code is sent, instead of waiting for the token lock, a rate-limit slot
-    or a 429's ``Retry-After`` past the deadline: the code would be dead on arrival, and the
-    wait would only delay the one remedy, a new authorization by the customer.
-    """
+    """An authorization code cannot be sent within 30 s of its redirect (spec §5.6): raised
+    instead of a wait past it, since the only remedy is a new authorization by the customer."""
 
     def __init__(self, waiting_for: str, remaining_seconds: float) -> None:
         self.waiting_for = waiting_for

@@ -1,10 +1,5 @@
-"""Turn an HTTP failure into one of the package's exceptions, keeping secrets out.
-
-The one mapping for the data client and the token endpoint (``oauth.py``). Error bodies are not
-published and differ between the data routes (``{error, message}``) and the token endpoint
-(OAuth's ``{error, error_description}``), so the message is read from ``message``, then
-``error_description``, then ``error``, and any other body is tolerated. No httpx object (whose
-request carries the bearer header or the client secret) is kept on the raised error.
+"""HTTP failures to the package's exceptions, for the data client and the token endpoint alike.
+No httpx object (its request carries the bearer header or client secret) is kept on an error.
 """
 
 from __future__ import annotations
@@ -38,7 +33,8 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def read_server_message(response: httpx.Response) -> tuple[str, str | None]:
-    """``(message, code)`` from whatever body came back; never raises."""
+    """``(message, code)`` from any body: ``message``, ``error_description`` (OAuth) or ``error``
+    (error bodies are unpublished and differ by route); never raises."""
     code: str | None = None
     try:
         body = json.loads(response.content) if response.content else None
@@ -101,11 +97,8 @@ def error_from_response(
     secrets: Iterable[str] = (),
     hints: Mapping[str, str] | None = None,
 ) -> APIStatusError:
-    """The exception for an error status, with the server's message and code.
-
-    ``secrets`` are redacted wherever the server echoed them; ``hints`` (by error code) add what
-    to do about an error to the capped message.
-    """
+    """The exception for an error status; ``secrets`` are redacted from what the server says,
+    ``hints`` (by error code) are added to the capped message."""
     secrets = tuple(secrets)
     message, code = read_server_message(response)
     message = redact(message, secrets)[:MAX_MESSAGE_LENGTH]

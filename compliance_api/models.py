@@ -1,13 +1,8 @@
 """Pydantic models of the Compliance API's resources, list envelopes and request bodies.
 
-Responses are parsed leniently because the real service drifts: unknown fields are kept
-(``extra="allow"``) and an enum value this code has never seen stays a plain ``str`` instead of
-failing the whole page. Request bodies are strict, so bad input fails before the first call with
-an :class:`~compliance_api.errors.InputError` naming the field and the value.
-
-Python attributes are snake_case; the wire is camelCase (``by_alias``). Request bodies serialize
-with :meth:`RequestModel.to_wire`, which sends only the fields the caller set, keeping an explicit
-``None`` where the API gives ``null`` a meaning (clearing a due date, unassigning an owner).
+Responses are lenient (the service drifts): unknown fields are kept, an unknown enum value stays
+a ``str``. Request bodies are strict (``InputError`` before any call) and send only the fields set,
+keeping an explicit ``None`` where ``null`` means something. snake_case here, camelCase on the wire.
 """
 
 from __future__ import annotations
@@ -31,97 +26,13 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from pydantic.config import ExtraValues
 
 from compliance_api.errors import InputError
-
-__all__ = [
-    "AccountTags",
-    "AccountTagAssignment",
-    "AccountUpdate",
-    "AccessConfig",
-    "Actor",
-    "ActorType",
-    "AddPeopleRequest",
-    "AnswerLibraryEntry",
-    "AnswerLibraryFilter",
-    "ApproveQuestionnaire",
-    "Assignee",
-    "AuthDetails",
-    "AuthMethod",
-    "ContractAmount",
-    "CustomField",
-    "CustomFieldValue",
-    "CustomerTrustAccount",
-    "CustomerVisibility",
-    "DecisionStatus",
-    "DocumentLink",
-    "DocumentLinkCreate",
-    "DownloadPermission",
-    "EventLogEntry",
-    "EventTarget",
-    "ExpirationStatus",
-    "GrantAccessOption",
-    "GroupUpdateResult",
-    "GroupUpdateStatus",
-    "KnowledgeBaseFilter",
-    "KnowledgeBaseResource",
-    "KnowledgeBaseResourceType",
-    "MAX_ADD_PEOPLE",
-    "MAX_PAGE_SIZE",
-    "ListEnvelope",
-    "MetadataEntry",
-    "MetadataValue",
-    "NdaDetails",
-    "NdaStatus",
-    "Page",
-    "PageInfo",
-    "PackageVulnerability",
-    "PersonRef",
-    "RequestDatetime",
-    "RequestModel",
-    "RequestPart",
-    "ProductContext",
-    "Questionnaire",
-    "QuestionnaireStatus",
-    "QuestionnaireType",
-    "QuestionnaireUpdate",
-    "ResourcesEnvelope",
-    "ResultsEnvelope",
-    "RiskLevel",
-    "SETTABLE_QUESTIONNAIRE_STATUSES",
-    "StatusLogEntry",
-    "StatusUpdater",
-    "Tag",
-    "TagAssignment",
-    "TagCategory",
-    "TagCategoryDetail",
-    "TagRef",
-    "TrainingFramework",
-    "TrainingStatus",
-    "UserSecurityTrainingStatus",
-    "Vendor",
-    "VendorCategory",
-    "LatestDecision",
-    "ProcurementRequest",
-    "add_people_body",
-    "check_person_ids",
-    "coerce_request",
-    "encode_matches_tags",
-    "assume_utc",
-    "iso_timestamp",
-    "VendorStatus",
-]
 
 MAX_PAGE_SIZE = 100
 MAX_ADD_PEOPLE = 100
 
 T = TypeVar("T")
-
-# --------------------------------------------------------------------------------------------
-# Enums (values from the spec and the published schemas). Response fields use them "open":
-# a value outside the enum is kept as a plain str, so drift in the service never breaks parsing.
-# --------------------------------------------------------------------------------------------
 
 
 class QuestionnaireStatus(StrEnum):
@@ -269,29 +180,8 @@ class ProductContext(StrEnum):
     QUESTIONNAIRE = "QUESTIONNAIRE"
 
 
-# "Open" enum fields: try the enum first, keep any other string as it came.
-_OPEN = Field(union_mode="left_to_right")
-OpenQuestionnaireStatus = Annotated[QuestionnaireStatus | str, _OPEN]
-OpenQuestionnaireType = Annotated[QuestionnaireType | str, _OPEN]
-OpenActorType = Annotated[ActorType | str, _OPEN]
-OpenResourceType = Annotated[KnowledgeBaseResourceType | str, _OPEN]
-OpenCustomerVisibility = Annotated[CustomerVisibility | str, _OPEN]
-OpenDownloadPermission = Annotated[DownloadPermission | str, _OPEN]
-OpenExpirationStatus = Annotated[ExpirationStatus | str, _OPEN]
-OpenNdaStatus = Annotated[NdaStatus | str, _OPEN]
-OpenGrantAccessOption = Annotated[GrantAccessOption | str, _OPEN]
-OpenVendorStatus = Annotated[VendorStatus | str, _OPEN]
-OpenRiskLevel = Annotated[RiskLevel | str, _OPEN]
-OpenAuthMethod = Annotated[AuthMethod | str, _OPEN]
-OpenDecisionStatus = Annotated[DecisionStatus | str, _OPEN]
-OpenTrainingStatus = Annotated[TrainingStatus | str, _OPEN]
-OpenTrainingFramework = Annotated[TrainingFramework | str, _OPEN]
-OpenGroupUpdateStatus = Annotated[GroupUpdateStatus | str, _OPEN]
-
-
-# --------------------------------------------------------------------------------------------
-# Bases
-# --------------------------------------------------------------------------------------------
+#: an "open" enum field: the enum member if the value is one, else the string as it came
+Open = Annotated[T | str, Field(union_mode="left_to_right")]
 
 
 class APIModel(BaseModel):
@@ -325,11 +215,8 @@ def _input_error(model: str, exc: ValidationError) -> InputError:
 
 
 class RequestPart(BaseModel):
-    """A nested piece of a request body: strict like :class:`RequestModel`.
-
-    It has no custom ``__init__`` so pydantic validates lists of them (100 person ids) fast,
-    and reports a bad nested field with its full path (``updates.3.id``).
-    """
+    """A strict nested piece of a request body; no custom ``__init__``, so lists of them validate
+    fast and a bad field is reported with its full path (``updates.3.id``)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -339,11 +226,8 @@ class RequestPart(BaseModel):
 
 
 class RequestModel(BaseModel):
-    """Something the caller sends: strict, so a typo or bad value fails before any request.
-
-    Construction and :meth:`model_validate` raise :class:`InputError` (a ``ValueError``)
-    instead of pydantic's ``ValidationError``, so every layer handles bad input the same way.
-    """
+    """A request body: strict; construction and :meth:`model_validate` raise :class:`InputError`
+    instead of ``ValidationError``, so every layer handles bad input the same way."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -362,27 +246,9 @@ class RequestModel(BaseModel):
             raise _input_error(type(self).__name__, exc) from None
 
     @classmethod
-    def model_validate(
-        cls,
-        obj: Any,
-        *,
-        strict: bool | None = None,
-        extra: ExtraValues | None = None,
-        from_attributes: bool | None = None,
-        context: Any | None = None,
-        by_alias: bool | None = None,
-        by_name: bool | None = None,
-    ) -> Self:
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
         try:
-            return super().model_validate(
-                obj,
-                strict=strict,
-                extra=extra,
-                from_attributes=from_attributes,
-                context=context,
-                by_alias=by_alias,
-                by_name=by_name,
-            )
+            return super().model_validate(obj, **options)
         except ValidationError as exc:
             raise _input_error(cls.__name__, exc) from None
 
@@ -417,15 +283,10 @@ def _no_repeats(values: Sequence[Any], what: str) -> None:
         seen.add(value)
 
 
-# --------------------------------------------------------------------------------------------
-# Shared building blocks
-# --------------------------------------------------------------------------------------------
-
-
 class Actor(APIModel):
     """Owner/approver of a resource, or the actor of an event (``type`` like ``USER``)."""
 
-    type: OpenActorType
+    type: Open[ActorType]
     id: str
     display_name: str | None = None
 
@@ -435,10 +296,6 @@ class TagRef(APIModel):
 
     category_id: str
     tag_id: str
-
-    def to_wire(self) -> dict[str, str]:
-        """The ``{categoryId, tagId}`` object, as sent in bodies and ``matchesTags``."""
-        return {"categoryId": self.category_id, "tagId": self.tag_id}
 
 
 class AccountTags(APIModel):
@@ -500,26 +357,21 @@ class ResourcesEnvelope(BaseModel, Generic[T]):
     resources: list[T]
 
 
-# --------------------------------------------------------------------------------------------
-# Resources (spec §2)
-# --------------------------------------------------------------------------------------------
-
-
 class KnowledgeBaseResource(APIModel):
     """A file or web link in the knowledge base."""
 
     id: str
-    type: OpenResourceType
+    type: Open[KnowledgeBaseResourceType]
     title: str
     description: str | None = None
     file_url: str | None = None
     url: str | None = None
     include_sub_pages: bool | None = None
-    customer_visibility: OpenCustomerVisibility | None = None
-    download_permission: OpenDownloadPermission | None = None
+    customer_visibility: Open[CustomerVisibility] | None = None
+    download_permission: Open[DownloadPermission] | None = None
     is_used_in_questionnaires: bool | None = None
     owner_assignment: Actor | None = None
-    expiration_status: OpenExpirationStatus | None = None
+    expiration_status: Open[ExpirationStatus] | None = None
     expiration_date: datetime | None = None
     last_updated: datetime | None = None
     last_verified: datetime | None = None
@@ -533,7 +385,7 @@ class AnswerLibraryEntry(APIModel):
     id: str
     question: str
     answer: str
-    expiration_status: OpenExpirationStatus | None = None
+    expiration_status: Open[ExpirationStatus] | None = None
     owner_assignment: Actor | None = None
     expiration_date: datetime | None = None
     last_updated: datetime | None = None
@@ -552,9 +404,8 @@ class OwnerRef(BaseModel):
 
 
 class KnowledgeItemSummary(BaseModel):
-    """What a report over a whole list reads of a knowledge-base record: owner and dates. The
-    rest of each record is skipped, not validated: reading every field of 100,000 records cost
-    more than the report itself (docs/performance.md)."""
+    """Owner and dates of a knowledge-base record, for reports over a whole list; the rest is
+    skipped, not validated (docs/performance.md)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
@@ -588,7 +439,7 @@ class StatusLogEntry(APIModel):
 
     updated_by: StatusUpdater | None = None
     updated_at: datetime
-    status: OpenQuestionnaireStatus
+    status: Open[QuestionnaireStatus]
     message: str | None = None
 
 
@@ -597,8 +448,8 @@ class Questionnaire(APIModel):
 
     id: str
     display_name: str
-    type: OpenQuestionnaireType
-    status: OpenQuestionnaireStatus
+    type: Open[QuestionnaireType]
+    status: Open[QuestionnaireStatus]
     status_log: list[StatusLogEntry] = Field(default_factory=list)
     tag_and_category_ids: list[TagRef] = Field(default_factory=list)
     created_date: datetime
@@ -613,13 +464,13 @@ class Questionnaire(APIModel):
 
 
 class NdaDetails(APIModel):
-    nda_status: OpenNdaStatus | None = None
+    nda_status: Open[NdaStatus] | None = None
     nda_satisfied_date: datetime | None = None
 
 
 class AccessConfig(APIModel):
     auto_approval_enabled: bool | None = None
-    grant_access_option: OpenGrantAccessOption | None = None
+    grant_access_option: Open[GrantAccessOption] | None = None
 
 
 class CustomerTrustAccount(APIModel):
@@ -641,7 +492,7 @@ class VendorCategory(APIModel):
 
 
 class AuthDetails(APIModel):
-    method: OpenAuthMethod | None = None
+    method: Open[AuthMethod] | None = None
     password_mfa: bool | None = Field(default=None, alias="passwordMFA")
     password_requires_number: bool | None = None
     password_requires_symbol: bool | None = None
@@ -654,7 +505,7 @@ class ContractAmount(APIModel):
 
 
 class LatestDecision(APIModel):
-    status: OpenDecisionStatus
+    status: Open[DecisionStatus]
     last_updated_at: datetime | None = None
 
 
@@ -668,7 +519,7 @@ class Vendor(APIModel):
 
     id: str
     name: str
-    status: OpenVendorStatus
+    status: Open[VendorStatus]
     website_url: str | None = None
     account_manager_name: str | None = None
     account_manager_email: str | None = None
@@ -686,8 +537,8 @@ class Vendor(APIModel):
     risk_attribute_ids: list[str] = Field(default_factory=list)
     category: VendorCategory | None = None
     auth_details: AuthDetails | None = None
-    inherent_risk_level: OpenRiskLevel | None = None
-    residual_risk_level: OpenRiskLevel | None = None
+    inherent_risk_level: Open[RiskLevel] | None = None
+    residual_risk_level: Open[RiskLevel] | None = None
     vendor_headquarters: str | None = None
     contract_amount: ContractAmount | None = None
     custom_fields: list[CustomField] | None = None
@@ -733,11 +584,11 @@ class UserSecurityTrainingStatus(APIModel):
     external_url: str | None = None
     training_id: str | None = None
     training_name: str | None = None
-    frameworks_fulfilled: list[OpenTrainingFramework] = Field(default_factory=list)
+    frameworks_fulfilled: list[Open[TrainingFramework]] = Field(default_factory=list)
     trainee_full_name: str | None = None
     trainee_account_name: str | None = None
     trainee_email: str | None = None
-    status: OpenTrainingStatus | None = None
+    status: Open[TrainingStatus] | None = None
     training_created_timestamp: datetime | None = None
     training_due_timestamp: datetime | None = None
     training_completed_timestamp: datetime | None = None
@@ -747,7 +598,7 @@ class GroupUpdateResult(APIModel):
     """The outcome for one person of add-people; a per-item ERROR does not fail the call."""
 
     id: str
-    status: OpenGroupUpdateStatus
+    status: Open[GroupUpdateStatus]
     message: str | None = None
 
     @property
@@ -772,9 +623,8 @@ class EventLogEntry(APIModel):
 
 
 class LoggedEvent(BaseModel):
-    """An audit entry kept exactly as the service sent it (``record``), with ``id`` and ``date``
-    read from it. For the export, which writes entries back unchanged: validating and
-    re-serialising every field cost more than reading the page (docs/performance.md)."""
+    """An audit entry kept as sent (``record``), with ``id`` and ``date`` read from it, for the
+    export, which writes entries back unchanged (docs/performance.md)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -809,11 +659,6 @@ class TagCategoryDetail(APIModel):
     tags: list[Tag] = Field(default_factory=list)
 
 
-# --------------------------------------------------------------------------------------------
-# Timestamps the client sends (request bodies and query parameters alike)
-# --------------------------------------------------------------------------------------------
-
-
 def assume_utc(moment: datetime) -> datetime:
     """A naive datetime (no usable offset) is taken to be UTC, never the machine's local time."""
     if moment.utcoffset() is None:
@@ -822,14 +667,8 @@ def assume_utc(moment: datetime) -> datetime:
 
 
 def iso_timestamp(moment: datetime) -> str:
-    """The service's own form: UTC, milliseconds and ``Z``, e.g. ``2026-01-02T03:04:05.123Z``.
-
-    A naive datetime is taken to be UTC; an aware one is moved to UTC (same instant). Sub-
-    millisecond digits are dropped, which floors the instant: exact for an inclusive upper
-    bound (the service's times are whole milliseconds), and at most 1 ms early for an inclusive
-    lower bound (``startDate``, ``lastUpdatedAfter``), which then reads a little more, never
-    less. The same datetime always gives the same text, so a cursor's query repeats exactly.
-    """
+    """The service's form, ``2026-01-02T03:04:05.123Z``: naive means UTC, finer digits are
+    floored (docs/client.md, Timestamps); an instant always gives the same text."""
     utc = assume_utc(moment).astimezone(UTC)
     return utc.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
@@ -841,11 +680,6 @@ RequestDatetime = Annotated[
     AfterValidator(assume_utc),
     PlainSerializer(iso_timestamp, return_type=str, when_used="json"),
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Request bodies (strict)
-# --------------------------------------------------------------------------------------------
 
 
 class Assignee(RequestPart):
@@ -914,12 +748,8 @@ def _as_plain_list(value: Any) -> Any:
 
 
 class QuestionnaireUpdate(RequestModel):
-    """PATCH body of a questionnaire. Only set fields are sent; ``None`` clears where allowed.
-
-    ``due_date=None`` clears the due date; ``owner_assignment=None`` /
-    ``approver_assignment=None`` unassign. ``tag_and_category_ids`` replaces all tags.
-    Setting or clearing the approver needs the QuestionnaireAutomationAdvanced entitlement.
-    """
+    """PATCH body of a questionnaire: ``None`` clears ``due_date`` or unassigns; touching the
+    approver needs QuestionnaireAutomationAdvanced; ``tag_and_category_ids`` replaces all tags."""
 
     _not_nullable: ClassVar[frozenset[str]] = frozenset(
         {"display_name", "status", "metadata", "tag_and_category_ids"}
@@ -1063,11 +893,6 @@ def add_people_body(person_ids: Any) -> bytes:
     """The add-people JSON body ``{"updates": [{"id": ...}]}``, validated, in one pass."""
     ids = check_person_ids(person_ids)
     return json.dumps({"updates": [{"id": pid} for pid in ids]}, separators=(",", ":")).encode()
-
-
-# --------------------------------------------------------------------------------------------
-# List filters (query parameters)
-# --------------------------------------------------------------------------------------------
 
 
 def encode_matches_tags(tags: list[TagAssignment]) -> str:

@@ -1,8 +1,5 @@
-"""The token endpoint: one method per grant, errors mapped to ``compliance_api.errors``.
-
-This module only speaks the protocol. It neither retries nor rate-limits nor stores: the token
-broker (``compliance_api.tokens``) owns those, because they must be shared by every caller.
-Request bodies carry credentials, so they are never copied into an error or a log line.
+"""The token endpoint's protocol, one method per grant. Retries, rate limits and storage belong
+to the broker (``compliance_api.tokens``); request bodies (credentials) never reach an error or log.
 """
 
 from __future__ import annotations
@@ -171,20 +168,12 @@ def verify_state(expected: str, received: str) -> None:
 
 
 class OAuthClient:
-    """Calls ``POST {base}/oauth/token`` and the suspend operation for one application.
-
-    Without ``http`` a short-lived ``httpx.AsyncClient`` is opened per call: token calls are a
-    handful per hour and a shared broker is used from several event loops, which one pooled
-    client could not serve.
-    """
+    """Token and suspend calls for one application. Without ``http`` each call opens its own
+    ``httpx.AsyncClient``: a broker serves several event loops, which one pool cannot."""
 
     def __init__(self, settings: Settings, *, http: httpx.AsyncClient | None = None) -> None:
         self._settings = settings
         self._http = http
-
-    @property
-    def base_url(self) -> str:
-        return self._settings.api_base_url
 
     async def client_credentials(self) -> TokenGrant:
         body = {"grant_type": "client_credentials", "scope": self._settings.scope_string}
@@ -198,11 +187,8 @@ class OAuthClient:
         *,
         deadline: CodeExchangeDeadline | None = None,
     ) -> TokenGrant:
-        """Spec §5.5 step 3; ``state`` is checked first: a forged redirect never reaches the API.
-
-        With a ``deadline`` a code past it is not sent (``CodeExchangeDeadlineError``) and the
-        request's timeout is cut to the time left.
-        """
+        """Spec §5.5 step 3; ``state`` is checked first. A code past the ``deadline`` is not sent
+        (``CodeExchangeDeadlineError``); the request's timeout is cut to the time left."""
         verify_state(expected_state, state)
         request_timeout = None
         if deadline is not None:
@@ -277,21 +263,16 @@ class OAuthClient:
         *,
         request_timeout: float | None = None,
     ) -> dict[str, Any]:
-        """POST JSON; ``request_timeout`` (seconds) overrides the configured one for this call.
-
-        Errors are mapped as the data client's are (``http_errors``), with the body's secrets
-        redacted from whatever the service says back.
-        """
-        url = f"{self.base_url}{path}"
+        """POST JSON; errors are mapped as the data client's, the body's secrets redacted."""
+        url = f"{self._settings.api_base_url}{path}"
         failure: APIError
         try:
             if self._http is not None:
                 chosen = httpx.USE_CLIENT_DEFAULT if request_timeout is None else request_timeout
                 response = await self._http.post(url, json=body, timeout=chosen)
             else:
-                seconds = self._settings.http_timeout_seconds
-                if request_timeout is not None:
-                    seconds = request_timeout
+                default = self._settings.http_timeout_seconds
+                seconds = default if request_timeout is None else request_timeout
                 async with httpx.AsyncClient(timeout=seconds) as http:
                     response = await http.post(url, json=body)
         except httpx.TransportError as exc:

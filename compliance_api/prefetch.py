@@ -1,9 +1,6 @@
-"""Starting the next call before the current answer is handled.
-
-A reader that follows cursors can send the request for page n + 1 as soon as page n's cursor is
-known, and handle page n while the service works on n + 1. :func:`started` returns once the
-request is on the wire (httpx's ``trace`` extension reports it through :func:`request_sent`):
-creating a task alone would not send it until the caller next awaits, after its CPU work.
+"""Reading ahead: :func:`started` returns a call's task once its request is on the wire (httpx's
+``trace`` extension), so the caller handles page n while the service prepares n + 1; a bare task
+would not send until the caller next awaits, after its CPU work.
 """
 
 from __future__ import annotations
@@ -25,8 +22,7 @@ def sent_hook() -> dict[str, Any] | None:
 
 
 def request_sent() -> None:
-    """Tell the :func:`started` that made this task that its request has left (a no-op
-    elsewhere)."""
+    """Tell the :func:`started` that made this task that its request left (no-op elsewhere)."""
     callback = _on_sent.get()
     if callback is not None:
         callback()

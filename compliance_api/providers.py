@@ -1,6 +1,4 @@
-"""A token provider for quick scripts: ``StaticTokenProvider`` wraps a token someone else
-obtained. Production uses the token broker (``compliance_api.tokens``).
-"""
+"""``StaticTokenProvider`` for quick scripts; production uses ``compliance_api.tokens``."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from pydantic import SecretStr
 
 from compliance_api.auth import AccessToken
 
-#: a token from outside with no known lifetime is assumed to last as long as the service's do
+#: an outside token's unknown lifetime is taken to be the service's
 DEFAULT_LIFETIME = timedelta(seconds=3599)
 
 
@@ -25,7 +23,6 @@ class StaticTokenProvider:
             self._token = AccessToken(secret, datetime.now(UTC) + DEFAULT_LIFETIME)
 
     async def get_token(self) -> AccessToken:
-        """Always the same token."""
         return self._token
 
     async def replace_token(self, failed: AccessToken) -> AccessToken:

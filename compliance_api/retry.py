@@ -1,11 +1,6 @@
-"""When and how long the data client waits before trying a call again (declared, via tenacity).
-
-These are the only retries of a data call, also inside a flow run (``runtime/retries.py``
-says why): one call is sent at most ``max_attempts`` times (``COMPLIANCE_MAX_RETRIES`` + 1),
-whoever calls it. Only failures that cannot double-apply a write are retried: a read, a PATCH,
-approve, add-to-managed and add-people (set semantics) may be repeated after any transient
-failure; creating a document link only when it provably was not applied (a 429, or a request
-that never left this machine).
+"""The data client's retries (tenacity): a call's only ones, in a flow run too
+(``runtime/retries.py``), so it is sent at most ``max_attempts`` times. Only a repeat that
+cannot double-apply a write is made (docs/client.md, Retries).
 """
 
 from __future__ import annotations
@@ -36,19 +31,14 @@ class RetryMode(Enum):
 
     #: repeating the request cannot change the outcome (reads, PATCH, set-like writes)
     IDEMPOTENT = "idempotent"
-    #: a repeat could create a duplicate: retry only if the first request provably was not
-    #: applied (a 429 is a refusal before any work; a request that never left this machine)
+    #: a repeat could duplicate: retry only a 429 or a request that never left this machine
     UNAPPLIED_ONLY = "unapplied_only"
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounds of the backoff; tests pass tiny waits so retry paths run in milliseconds.
-
-    ``max_attempts`` counts the first try. Waits grow exponentially from ``initial_wait`` up
-    to ``max_wait`` with full jitter (so parallel workers do not retry in lockstep). A 429's
-    ``Retry-After`` is honoured instead, capped at ``max_retry_after``.
-    """
+    """``max_attempts`` counts the first try; waits grow from ``initial_wait`` to ``max_wait``
+    with full jitter, or follow a 429's ``Retry-After`` capped at ``max_retry_after``."""
 
     max_attempts: int = 6
     initial_wait: float = 0.5
@@ -79,11 +69,8 @@ class RetryNotice:
 
 
 def is_retryable(error: BaseException, mode: RetryMode, operation: str) -> bool:
-    """Transient failures of *this* operation (a token-provider error is not ours to retry).
-
-    A 5xx or a lost answer may hide a create that was applied, so ``UNAPPLIED_ONLY`` leaves
-    those to the caller; a 429 and a request that never left are safe to send again.
-    """
+    """Transient failures of *this* operation (not a token provider's); ``UNAPPLIED_ONLY`` skips
+    a 5xx or a lost answer, which may hide an applied create."""
     if not isinstance(error, APIError) or error.operation != operation:
         return False
     if isinstance(error, RateLimitedError):

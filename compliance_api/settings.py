@@ -1,7 +1,5 @@
-"""Settings from the environment (prefix ``COMPLIANCE_``) and an optional ``.env`` file.
-
-Everything is checked when the settings load, so a typo fails the run before the first call,
-with a message naming the environment variable, and never the value of a secret.
+"""Settings from ``COMPLIANCE_*`` variables and an optional ``.env``, all checked at load: a typo
+fails before the first call, naming the variable, never a secret's value.
 """
 
 from __future__ import annotations
@@ -29,12 +27,6 @@ class ApplicationType(StrEnum):
     INTEGRATION_PRIVATE = "integration_private"
     INTEGRATION_PUBLIC = "integration_public"
     AUDITOR = "auditor"
-
-    @property
-    def grant_type(self) -> str:
-        if self is ApplicationType.INTEGRATION_PUBLIC:
-            return "authorization_code"
-        return "client_credentials"
 
 
 def allowed_scopes(
@@ -86,9 +78,8 @@ def _split_words(value: Any) -> Any:
 
 
 class LocalState(BaseSettings):
-    """Where this machine keeps tokens and locks, and the name of the Prefect limit on the token
-    endpoint: the client's settings, and bootstrap's (which has no credentials to load the rest).
-    """
+    """State directory and token rate-limit name: part of the client's settings, and all that
+    bootstrap (which has no credentials) loads."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
@@ -199,12 +190,8 @@ class Settings(LocalState):
         return self
 
     def _check_source_id(self) -> None:
-        """Public integrations need a source_id; every other type must not have one.
-
-        Tokens of public integrations are per (client_id, source_id); a client_credentials
-        application has one active token per application, so a source_id would give it a second
-        token key, and two brokers (with and without one) would keep superseding each other.
-        """
+        """Public integrations need a source_id; any other type must not have one (it would give
+        the application a second token key, whose mints supersede the first's)."""
         public = self.application_type is ApplicationType.INTEGRATION_PUBLIC
         if public and not self.source_id:
             raise ValueError(
@@ -258,10 +245,7 @@ def _env_name(location: tuple[int | str, ...]) -> str:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Load settings, turning pydantic's report into one that names environment variables.
-
-    Input values are left out of the message on purpose: they may be secrets.
-    """
+    """Settings whose errors name environment variables, never input values (maybe secrets)."""
     return load_settings_from(overrides)
 
 
@@ -271,13 +255,9 @@ def load_settings_from(
     labels: Mapping[str, str] | None = None,
     origin: str | None = None,
 ) -> Settings:
-    """Settings from ``values`` over the environment, checked as :func:`load_settings` does.
-
-    For values that come from somewhere else than the environment (a credentials block):
-    ``labels`` maps a field to the name an error shows instead of its environment variable
-    (``{"source_id": "block field source_id"}``), and ``origin`` says where they came from in
-    the error's first line. Every other field is still named by its environment variable.
-    """
+    """Settings from ``values`` over the environment. For values from elsewhere (a block),
+    ``labels`` names a field in errors instead of its variable (``{"source_id": "block field
+    source_id"}``) and ``origin`` goes in the error's first line."""
     try:
         return Settings(**values)
     except ValidationError as exc:

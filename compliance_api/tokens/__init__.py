@@ -1,8 +1,5 @@
-"""One shared, rate-limited, encrypted access token per customer key.
-
-``TokenBroker`` implements ``compliance_api.auth.TokenProvider``; stores, locks and rate limiters
-are small protocols so that the Prefect layer can plug in server-backed ones.
-"""
+"""One shared, rate-limited, encrypted access token per customer key (docs/shared-token.md).
+Stores, locks and rate limiters are protocols, so the Prefect layer plugs in server-backed ones."""
 
 from compliance_api.tokens.broker import BrokerPolicy, TokenBroker, TokenStatus
 from compliance_api.tokens.errors import (

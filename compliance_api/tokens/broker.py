@@ -1,26 +1,8 @@
 """The token broker: one shared token per customer key, for every caller of every process.
 
-A token is found in the first of these places that has a usable one (not the token a 401
-rejected, and not within the renewal margin of its expiry):
-
-1. **Memory**: the broker's current token. No I/O.
-2. **The store, without a lock**: one caller per broker renews for the whole process (every
-   task, thread and event loop); the others wait for it and take its token. It first reads the
-   store, so a token another process stored is adopted without a turn at the lock.
-3. **The store under the cross-process lock**: the renewer asks the backend's lock for the
-   customer key in slices of ``lock_poll_seconds`` and reads the store between slices, adopting
-   the token the moment the holder has stored it (if the lock's backend said when to ask again,
-   the Prefect server's Retry-After, it is not asked before then). Under the lock it reads the
-   store once more; only if that finds nothing usable does it take a rate-limit slot, call the
-   token endpoint (429: wait its Retry-After; 5xx: back off) and persist the encrypted record
-   before releasing the lock.
-
-``replace_token(failed)`` is the compare-and-swap that keeps a 401 from becoming a stampede:
-the failed token is never adopted again, any other usable one is, so twenty callers that see
-the same 401 cost one mint. ``connect`` (authorization code) and ``disconnect`` hold the same
-lock for the whole operation; ``connect`` runs against a deadline: a code lives 30 s after its
-redirect, so every wait on that path (the lock, the rate-limit slot, a 429's Retry-After, a
-backoff) is bounded by the time left, and a wait that would pass it fails at once instead.
+A usable token is taken from memory, else the store, else the store under the cross-process
+lock, and only then minted; ``replace_token(failed)`` never takes the failed token again. The
+whole path, with the reasons: docs/shared-token.md#the-token-path.
 """
 
 from __future__ import annotations
@@ -134,8 +116,6 @@ class TokenBroker:
         self._renewal: concurrent.futures.Future[None] | None = None
         self._guard = threading.Lock()
 
-    # -- TokenProvider -------------------------------------------------------------------------
-
     async def get_token(self) -> AccessToken:
         return await self._token(rejected=None)
 
@@ -143,8 +123,6 @@ class TokenBroker:
         if not self._usable(self._current, failed.fingerprint):
             logger.info("token %s was refused; replacing it", failed.fingerprint)
         return await self._token(rejected=failed.fingerprint)
-
-    # -- public integrations -------------------------------------------------------------------
 
     async def connect(
         self,
@@ -154,12 +132,9 @@ class TokenBroker:
         *,
         received_at: datetime | None = None,
     ) -> AccessToken:
-        """Exchange an authorization code (spec §5.5) and store the customer's grant.
-
-        ``received_at`` is when the redirect with the code arrived (default: now); the code
-        lives 30 s from then. Rather than wait past that for the lock, a rate-limit slot or a
-        429's Retry-After, this raises ``CodeExchangeDeadlineError`` without sending the code.
-        """
+        """Exchange an authorization code (spec §5.5) and store the grant. The code lives 30 s
+        from ``received_at`` (default: now); a wait past that raises ``CodeExchangeDeadlineError``
+        without sending it."""
         verify_state(expected_state, state)  # before taking a rate-limit slot or the lock
         deadline = CodeExchangeDeadline.after_redirect(
             received_at, clock=self._clock, safety_seconds=self.policy.code_exchange_safety_seconds
@@ -196,8 +171,6 @@ class TokenBroker:
             has_refresh_token=record.refresh_token is not None,
         )
 
-    # -- the mint path -------------------------------------------------------------------------
-
     def _usable(self, token: AccessToken | None, rejected: str | None) -> TypeGuard[AccessToken]:
         """Not the token a 401 rejected, and not within the renewal margin of its expiry."""
         if token is None or token.fingerprint == rejected:
@@ -227,14 +200,9 @@ class TokenBroker:
             renewal.set_result(None)
 
     async def _renew(self, rejected: str | None) -> AccessToken:
-        """A usable stored token, else a new one minted under the cross-process lock.
-
-        The lock is asked for in slices of ``lock_poll_seconds``, and the store is read before
-        each: while another process mints, this one adopts the token as soon as it is stored
-        instead of queueing for a lock it no longer needs. A backend that says when to ask again
-        (``TokenLockTimeoutError.retry_after``) is not asked sooner. Only the read under the
-        lock may lead to a mint. The whole wait is bounded by ``lock_timeout_seconds``.
-        """
+        """A usable stored token, else one minted under the lock. The lock is asked for in
+        slices of ``lock_poll_seconds`` with a store read before each (not sooner than a refusal's
+        ``retry_after``); only the read under the lock may lead to a mint."""
         limit, poll = self.policy.lock_timeout_seconds, self.policy.lock_poll_seconds
         deadline = time.monotonic() + limit
         ask_at, last_refusal = 0.0, "the lock was not asked for"
@@ -280,8 +248,7 @@ class TokenBroker:
             try:
                 await self._persist(record)
             except TokenStoreError:
-                # The mint already revoked the old token; using the new one in this process is
-                # the least harmful choice (others will find no fresh record and mint their own).
+                # The mint revoked the old token: using the new one here is the least harm.
                 logger.warning("minted token %s could not be stored", record.token.fingerprint)
             return record
         if stored is None or stored.refresh_token is None:
@@ -292,9 +259,8 @@ class TokenBroker:
         refresh_token = stored.refresh_token
         grant = await self._call_token_endpoint(lambda: self.oauth.refresh(refresh_token))
         record = self._record_from(grant, previous=stored)
-        # Rotation rule: the new refresh token is stored before the new access token is used.
-        # If that fails we raise; the stored (previous) refresh token stays valid for 3 hours
-        # after its first use, so the next attempt refreshes with it.
+        # The new refresh token is stored before the new access token is used; if that fails
+        # we raise, and the next attempt uses the previous one (valid 3 h after first use).
         await self._persist(record)
         return record
 
@@ -360,11 +326,8 @@ class TokenBroker:
         *,
         deadline: CodeExchangeDeadline | None = None,
     ) -> T:
-        """Every token-endpoint call takes a rate-limit slot; 429 waits, 5xx backs off.
-
-        With a ``deadline`` no wait (slot, Retry-After, backoff) may pass it: such a wait
-        raises ``CodeExchangeDeadlineError`` at once.
-        """
+        """Every call takes a rate-limit slot; 429 waits, 5xx backs off. A wait that would pass
+        the ``deadline`` raises ``CodeExchangeDeadlineError`` at once."""
         backoff = wait_exponential_jitter(
             initial=self.policy.retry_initial_seconds, max=self.policy.retry_max_seconds
         )

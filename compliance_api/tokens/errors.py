@@ -6,10 +6,8 @@ from compliance_api.errors import ComplianceError
 
 
 class TokenLockTimeoutError(ComplianceError):
-    """The shared token lock was not obtained in time; the message says who holds it.
-
-    ``retry_after``: seconds before the lock's backend wants to be asked again, if it said.
-    """
+    """The token lock was not obtained in time (the message names its holder); ``retry_after``:
+    seconds before the backend wants to be asked again, if it said."""
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -17,11 +15,8 @@ class TokenLockTimeoutError(ComplianceError):
 
 
 class TokenRateLimitWaitError(ComplianceError):
-    """The token endpoint's rate limit has no slot within the caller's ``max_wait``.
-
-    Raised at once (when the limiter knows the wait) and without taking a slot, so a caller
-    with a deadline, such as an authorization-code exchange, can fail fast instead of waiting.
-    """
+    """No rate-limit slot within the caller's ``max_wait``: raised without taking a slot (at once
+    when the limiter knows the wait), so a code exchange fails fast instead of waiting."""
 
     def __init__(self, wait_seconds: float | None, max_wait: float) -> None:
         self.wait_seconds = wait_seconds

@@ -1,8 +1,5 @@
-"""Who a stored token belongs to: the tier, the application and (public apps) the customer.
-
-The key is hashed into file and variable names so that identifiers never show up in paths,
-and two tiers or two customers can never share a record.
-"""
+"""Who a stored token belongs to: tier, application and (public apps) customer. The key is
+hashed into file and variable names, so identifiers never show in paths."""
 
 from __future__ import annotations
 
@@ -27,11 +24,8 @@ class CustomerKey:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CustomerKey:
-        """The key of these settings; only public integrations have a customer (source_id).
-
-        Settings already refuse a source_id elsewhere; settings built around validation
-        (``model_copy``) still cannot give a client_credentials application a second key.
-        """
+        """Only public integrations have a customer (source_id), even for settings built
+        around validation (``model_copy``)."""
         public = settings.application_type is ApplicationType.INTEGRATION_PUBLIC
         source_id = settings.source_id if public else None
         return cls(tier=settings.tier, client_id=settings.client_id, source_id=source_id)

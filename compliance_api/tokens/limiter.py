@@ -1,10 +1,6 @@
-"""Budgets for the token endpoint: 5 calls per minute shared by mint, refresh and suspend.
-
-Callers beyond the budget wait for a slot; they never fail, unless they give ``max_wait``:
-then a slot further away than that raises ``TokenRateLimitWaitError`` at once (an
-authorization code, which lives 30 s, must not wait a minute for a slot). ``FileRateLimiter``
-shares the budget among the processes of one machine (the default without a Prefect server).
-"""
+"""The token endpoint's budget: 5 calls a minute shared by mint, refresh and suspend. Callers
+wait for a slot; with ``max_wait`` a slot further away raises ``TokenRateLimitWaitError`` (a
+30 s authorization code must not wait a minute)."""
 
 from __future__ import annotations
 
@@ -26,11 +22,8 @@ SAFETY_SECONDS = 1.0
 
 @runtime_checkable
 class RateLimiter(Protocol):
-    """Waits until one more token-endpoint call fits in the budget, then returns.
-
-    With ``max_wait`` (seconds) it never waits longer: when the slot is further away it raises
-    ``TokenRateLimitWaitError`` (at once if it can tell, else after ``max_wait``), taking no slot.
-    """
+    """Waits for a slot; past ``max_wait`` (seconds) raises ``TokenRateLimitWaitError`` instead
+    (at once if it can tell, else after ``max_wait``), taking no slot."""
 
     async def acquire(self, *, max_wait: float | None = None) -> None: ...
 
@@ -49,7 +42,7 @@ def _wait_needed(stamps: list[float], now: float, limit: int, window: float) -> 
 
 
 class FileRateLimiter:
-    """A sliding window kept in a ``flock``-guarded file: shared by every local process."""
+    """A sliding window in a ``flock``-guarded file, shared by every process of the machine."""
 
     def __init__(
         self,

@@ -33,9 +33,8 @@ def _sign(fd: int) -> None:
 
 
 class LocalFileLock:
-    """``flock`` (``filelock.AsyncFileLock``) on ``<state_dir>/locks/<hash of key>.lock``: one
-    machine, any number of processes and threads; the kernel drops it the moment its holder
-    dies, even on ``kill -9``."""
+    """``flock`` on ``<state_dir>/locks/<hash of key>.lock`` for one machine; the kernel drops it
+    the moment its holder dies, even on ``kill -9``."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory

@@ -1,8 +1,5 @@
-"""The stored token record and its encryption (Fernet; MultiFernet for key rotation).
-
-Stores only ever see ciphertext, so any backend (a file, a Prefect variable) is encrypted at
-rest by construction and keyed per customer by ``CustomerKey``.
-"""
+"""The stored token record and its encryption (MultiFernet, for key rotation): stores only ever
+see ciphertext, so every backend is encrypted at rest."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Where encrypted token records live. Stores hold ciphertext only; the broker encrypts.
-
-``LocalFileTokenStore`` serves one machine: one file per customer key, written atomically
-(temp file + ``os.replace``) with mode 0600, so a reader never sees half a record.
-"""
+"""Where encrypted token records live (ciphertext only; the broker encrypts). Local files are
+written atomically (temp file + ``os.replace``), so a reader never sees half a record."""
 
 from __future__ import annotations
 
@@ -27,7 +24,6 @@ class TokenStore(Protocol):
 
     async def delete(self, key: CustomerKey) -> bool:
         """Remove the record; True if there was one."""
-        ...
 
 
 class LocalFileTokenStore:
