@@ -1,15 +1,9 @@
 """Prefect's basic auth for everything the project starts, and where a server may listen.
 
-Prefect OSS has one shared credential: ``PREFECT_SERVER_API_AUTH_STRING`` (``USER:PASSWORD``)
-in the environment of every server process (API replicas and the services process alike) and
-``PREFECT_API_AUTH_STRING`` with the same value on every client (workers and the flow runs they
-start, bootstrap, ``prefect deploy``, the CLI). The server then answers 401 to any ``/api`` call
-without it, except ``GET /api/health`` and ``GET /api/ready``; its websockets close unless the
-first message is ``{"type": "auth", "token": "<the string>"}``; the UI asks for it.
-
-The string is a secret: it is read from a 0600 file or the environment and handed to child
-processes through their environment only, never printed, logged, put on a command line or
-stored in the Prefect database. ``redact`` hides it in text that must be shown.
+One shared credential: ``PREFECT_SERVER_API_AUTH_STRING`` on every server process and
+``PREFECT_API_AUTH_STRING`` (same value) on every client (docs/scaling.md#auth). It is a secret:
+read from a 0600 file or the environment, handed on through environments only, never printed,
+logged, put on a command line or stored in Prefect (``redact`` hides it in shown text).
 """
 
 from __future__ import annotations
@@ -53,8 +47,8 @@ def url_host(host: str) -> str:
 
 
 def secret_file(path: Path, make: Callable[[], str]) -> str:
-    """The secret in ``path``: created once with ``make()`` in a file only we can read (0600);
-    an existing file is tightened to 0600 and read."""
+    """The secret in ``path``, created once with ``make()`` in a 0600 file (an existing one is
+    tightened to 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -72,8 +66,7 @@ def generate_auth_string(user: str = DEFAULT_USER) -> str:
 
 
 def check_auth_string(value: str, where: str) -> str:
-    """``value`` if it is a usable ``USER:PASSWORD``; ``where`` names its source in the error
-    (the value itself never appears in one)."""
+    """``value`` if a usable ``USER:PASSWORD``; errors name ``where``, never the value."""
     if not value:
         raise AuthError(
             f"{where} is set but empty: set it to USER:PASSWORD, or unset it to use the "

@@ -1,20 +1,9 @@
 """Bootstrap's automations: declared in ``automations.yaml``, filled in from the settings here.
 
-- Runs whose process died are marked Crashed (always). The grace period comes from
-  ``COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS`` (default 90 s): it must be longer than the
-  :data:`HEARTBEAT_SECONDS` between heartbeats (prefect.yaml), or live runs would be Crashed.
-- A failed or crashed write run sends a notification, when an operator says where to:
-  ``COMPLIANCE_NOTIFY_WEBHOOK_URL``, an http(s) URL that bootstrap keeps as a secret (encrypted
-  by the server, ``********`` in the UI) in the block ``compliance-failure-webhook``: Prefect's
-  *Slack Webhook* block for a Slack incoming-webhook URL, else a *Custom Webhook* block that POSTs
-  JSON (``text``, ``subject``, ``body``, ``source``). Nothing here prints more of the URL than its
-  scheme and host: a webhook URL's path is often its token. (The Custom Webhook block raises
-  httpx's error on an error status and the server logs it, URL included: docs/operators.md.)
-  Or ``COMPLIANCE_NOTIFY_BLOCK``: ``<block-type-slug>/<block-name>`` of an operator's
-  notification block, e.g. ``slack-webhook/compliance-alerts``.
-
-Each automation is created unless one of its name exists; the notification automation is then
-only pointed at the configured block, when that changed.
+Runs whose process died are marked Crashed (the grace must exceed :data:`HEARTBEAT_SECONDS`);
+failed or crashed write runs are notified through ``COMPLIANCE_NOTIFY_WEBHOOK_URL`` (kept as a
+secret in a block) or an operator's ``COMPLIANCE_NOTIFY_BLOCK`` (docs/operators.md §7). Nothing
+here prints more of a webhook URL than its scheme and host: its path is often its token.
 """
 
 from __future__ import annotations
@@ -58,9 +47,8 @@ SLACK_WEBHOOK_URL = re.compile(
 )
 #: the Custom Webhook block's URL is a secret value, filled in when the block sends
 _URL_SECRET = "webhook_url"  # noqa: S105 - a key name, not a secret
-#: JSON the Custom Webhook block POSTs: ``text`` for chat webhooks that take Slack's format
-#: (Mattermost, Rocket.Chat, ...), the parts apart for everything else (the block fills in
-#: ``{{subject}}``, ``{{body}}`` and ``{{name}}``, its own name: ``compliance-flows``)
+#: JSON the Custom Webhook block POSTs: ``text`` for Slack-format chat webhooks, the parts
+#: apart for everything else (``{{name}}`` is the block's own: ``compliance-flows``)
 WEBHOOK_JSON = {
     "text": "{{subject}}\n\n{{body}}",
     "subject": "{{subject}}",
@@ -110,9 +98,8 @@ async def _ensure_notifications(block_id: UUID, label: str) -> str:
 
 
 async def _ensure(automation: AutomationCore, note: str, block_id: UUID | None = None) -> str:
-    """Create the automation unless one of that name exists: an operator may have paused or
-    changed it, and bootstrap keeps that (delete it to recreate). With ``block_id``, an existing
-    one that sends through another block is pointed at that block, the rest kept."""
+    """Create the automation unless one of that name exists (an operator's changes are kept);
+    with ``block_id``, point an existing one at that block."""
     async with get_client() as client:
         existing = await client.read_automations_by_name(automation.name)
         if not existing:
@@ -141,9 +128,8 @@ async def _ensure(automation: AutomationCore, note: str, block_id: UUID | None =
 
 
 def _missing_expectations(kept: AutomationCore, declared: AutomationCore) -> set[str]:
-    """Events a newer release declares that an existing proactive automation does not expect
-    (e.g. ``Suspended``, without which a run waiting for approval would be marked Crashed):
-    added to it, the operator's other changes kept."""
+    """Events a newer release declares that an existing proactive automation lacks (e.g.
+    ``Suspended``, or a run waiting for approval would be marked Crashed)."""
     if not isinstance(kept.trigger, EventTrigger) or not isinstance(declared.trigger, EventTrigger):
         return set()
     if declared.trigger.posture != Posture.Proactive:
@@ -151,7 +137,6 @@ def _missing_expectations(kept: AutomationCore, declared: AutomationCore) -> set
     return set(declared.trigger.expect) - set(kept.trigger.expect)
 
 
-# ----------------------------------------------------------------------------- crashed runs
 def grace_seconds() -> int:
     """The grace period, from COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS (default 90 s)."""
     return deployment_settings().unresponsive_run_grace_seconds
@@ -163,17 +148,14 @@ async def ensure_unresponsive_run_detection() -> str:
     return "; ".join([await _ensure(a, f"grace {grace} s") for a in crash_automations(grace)])
 
 
-# ----------------------------------------------------------------------------- notifications
 def webhook_url() -> str | None:
-    """COMPLIANCE_NOTIFY_WEBHOOK_URL, checked: an absolute http(s) URL. Errors never repeat the
-    URL's path or query (often its secret token)."""
+    """COMPLIANCE_NOTIFY_WEBHOOK_URL, checked to be an absolute http(s) URL."""
     url = deployment_settings().notify_webhook_url
     return url.get_secret_value() if url is not None else None
 
 
 def shown(url: str) -> str:
-    """What may be printed of a webhook URL: scheme, host and port; never path, query or
-    credentials."""
+    """What may be printed of a webhook URL: scheme, host and port."""
     parts = urlsplit(url)
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{parts.hostname}{port}/…"
@@ -189,8 +171,8 @@ def named_block() -> tuple[str, str] | None:
 
 
 async def _load(cls: type[BlockT]) -> BlockT | None:
-    """The block of that type named ``compliance-failure-webhook``, or None (a block that exists
-    but does not load is an error, not a reason to overwrite it)."""
+    """The ``compliance-failure-webhook`` block of that type, or None (one that exists but does
+    not load is an error, not a reason to overwrite it)."""
     async with get_client() as client:
         try:
             await client.read_block_document_by_name(
@@ -202,9 +184,8 @@ async def _load(cls: type[BlockT]) -> BlockT | None:
 
 
 async def ensure_webhook_block(url: str) -> tuple[UUID, str, str]:
-    """The block ``compliance-failure-webhook`` that holds ``url`` as a secret. An existing block
-    is changed only when the URL differs (then only its URL: what an operator edited stays).
-    Returns its id, its ``slug/name`` and what was done, naming only the URL's scheme and host."""
+    """The ``compliance-failure-webhook`` block holding ``url`` as a secret (an existing one gets
+    only a changed URL); returns its id, ``slug/name`` and what was done."""
     verb = "updated"
     if SLACK_WEBHOOK_URL.match(url):
         what = f"Slack incoming webhook at {shown(url)}"
@@ -269,8 +250,8 @@ async def named_block_id(slug: str, name: str) -> UUID:
 
 
 async def ensure_failure_notifications() -> str:
-    """Bootstrap step: the notification block (from COMPLIANCE_NOTIFY_WEBHOOK_URL) or the
-    operator's block (COMPLIANCE_NOTIFY_BLOCK), and the automation that sends through it."""
+    """Bootstrap step: the notification block (ours or the operator's) and the automations
+    that send through it."""
     url, block = webhook_url(), named_block()
     if url and block:
         raise ConfigurationError(

@@ -1,7 +1,6 @@
 """``python -m deployments.bootstrap``: create the Prefect server resources this project needs.
 
-Idempotent: run it on every deploy. Each resource has its own function; ``main()`` calls them
-in order and prints what each did.
+Idempotent (run it on every deploy): ``main()`` runs each step in order and prints what it did.
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ from prefect.exceptions import ObjectNotFound
 
 from deployments.settings import deployment_settings
 
-# The token endpoint allows 5 calls per minute (spec §8). A Prefect rate limit is a token
-# bucket, so up to ``limit + 60 * decay`` calls can land in one minute: 1 + 60 / 15 = 5.
+# The token endpoint allows 5 calls a minute (spec §8); a Prefect rate limit is a token bucket
+# letting ``limit + 60 * decay`` calls land in a minute.
 TOKEN_RATE_LIMIT_SLOTS = 1
 TOKEN_RATE_LIMIT_DECAY_PER_SECOND = 1 / 15
 assert TOKEN_RATE_LIMIT_SLOTS + 60 * TOKEN_RATE_LIMIT_DECAY_PER_SECOND <= 5
@@ -50,11 +49,7 @@ async def ensure_token_rate_limit(name: str | None = None) -> str:
     return f"{verb} global concurrency limit {name!r} ({shape})"
 
 
-# The work pool and the variables prefect.yaml reads live in deployments/resources.py; the
-# automations come from the triggers in prefect.yaml, except those in deployments/automations.yaml
-# (runs whose process died are marked Crashed; failed write runs are notified when an operator
-# asks for it); the audit-log readers' run locks are created on first use (runtime/locks.py); the
-# credentials block type is registered so one can be created in the UI (runtime/credentials.py).
+# Most automations come from prefect.yaml's triggers; run locks are created on first use.
 from deployments.automations import (  # noqa: E402 - kept next to the steps that use them
     ensure_failure_notifications,
     ensure_unresponsive_run_detection,

@@ -1,14 +1,6 @@
-"""The Prefect server's database: SQLite by default (zero setup), PostgreSQL for real load.
-
-A SQLite server serialises every write behind one file lock; a burst of flow runs gets 503s
-("database is locked") and runs crash before they start. PostgreSQL takes the same burst.
-Prefect needs PostgreSQL 14.9 or newer; ``prepare_database`` checks the version and creates
-the database if it is missing. The server migrates the schema itself on start, and its
-migrations create the ``pg_trgm`` extension it needs.
-
-URLs are SQLAlchemy URLs, as ``PREFECT_API_DATABASE_CONNECTION_URL`` takes them:
-``postgresql+asyncpg://USER[:PASSWORD]@HOST:PORT/DB``. A password in one never reaches a log:
-use ``redacted`` to show one.
+"""The Prefect server's database: SQLite by default (zero setup), PostgreSQL for real load
+(docs/scaling.md §1). URLs are SQLAlchemy's, as ``PREFECT_API_DATABASE_CONNECTION_URL`` takes
+them (``postgresql+asyncpg://USER[:PASSWORD]@HOST:PORT/DB``); show one only ``redacted``.
 """
 
 from __future__ import annotations
@@ -96,8 +88,8 @@ def quoted_name(name: str | None) -> str:
 
 
 def prepare_database(value: str) -> URL:
-    """Check the URL and the server's version, create the database if missing; returns the
-    parsed URL."""
+    """Check the URL and the server's version (14.9+), create the database if missing (the
+    server migrates the schema itself); returns the parsed URL."""
     url = parse_database_url(value)
     asyncio.run(_prepare(url))
     return url

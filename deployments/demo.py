@@ -1,17 +1,9 @@
 """``make demo``: the five write flows on seeded sandbox data, a few items deliberately bad.
 
-Starts the sandbox (in a thread, free ports) and a temporary local Prefect server (its own
-PREFECT_HOME and database in a temporary directory, removed afterwards), runs the flows the
-way an operator would - inline ids, CSV and JSON files, a dry run, injected faults - then a
-rerun, and prints what happened and how to rerun failures. Exits 0 when every flow behaved
-as expected (the failures it shows are deliberate), 1 otherwise.
-
-The demo uses the sandbox's ``demo-manage-basic`` application, which lacks the
-QuestionnaireAutomationAdvanced entitlement, so assigning an approver fails for real.
-
-The temporary server requires Prefect's basic auth like every server the project starts: a
-random auth string, generated for this run and never shown, is in the server's environment
-(PREFECT_SERVER_API_AUTH_STRING) and the demo's client settings (PREFECT_API_AUTH_STRING).
+Runs the flows as an operator would (inline ids, CSV and JSON files, a dry run, injected faults,
+a rerun) against a sandbox thread and a temporary Prefect server with its own random auth string,
+and prints what happened. Exits 0 when every flow behaved as expected, 1 otherwise. The app,
+``demo-manage-basic``, lacks QuestionnaireAutomationAdvanced, so assigning an approver fails.
 """
 
 from __future__ import annotations
@@ -54,8 +46,8 @@ class Step:
 
 
 def _prepare_environment(workdir: Path) -> None:
-    """Before Prefect is imported: a private Prefect home, quiet logs (overridable) and this
-    run's auth string (read by the temporary server and by the demo's client alike)."""
+    """Before Prefect is imported: a private home, quiet logs (overridable) and this run's auth
+    string for the temporary server and the demo's client."""
     os.environ["PREFECT_HOME"] = str(workdir / "prefect")
     auth_string = generate_auth_string()
     os.environ[SERVER_AUTH_ENV] = auth_string

@@ -1,21 +1,9 @@
-"""``prefect server start`` as a child process, on SQLite (default) or PostgreSQL.
+"""``prefect server start`` as a child process, on SQLite (default) or PostgreSQL, with the
+project's server settings (``server_settings.py``); ready when ``/api/health`` answers.
 
-The stack (``make serve``, the end-to-end tests) and the PostgreSQL test fixtures start their
-server here, so every server the project runs gets the same settings
-(``deployments/server_settings.py``): lease storage that survives a restart, batched task-run
-recording, and the scheduler and triggers on. It is ready when ``/api/health`` answers.
-
-With Redis, one server can be split as Prefect's scaling guide does: API replicas
-(``role="api"``: ``prefect server start --no-services``) and one process running the
-background services (``role="services"``: ``prefect server services start``). The services
-process serves no endpoint: only its exit is watched (its events wait in Redis meanwhile).
-Each replica is a process of its own, on its own port, so one can be restarted while the
-others serve; ``prefect server start --workers N`` would put N behind one port instead (and
-still needs the services process).
-
-With ``auth_string`` the server process gets ``PREFECT_SERVER_API_AUTH_STRING`` (every role:
-the services process talks to the API as well) and answers 401 to any client without it
-(``deployments/auth.py``). A server on an address beyond loopback refuses to start without one.
+With Redis a server can be split as Prefect's scaling guide does: API replicas (``role="api"``,
+a process and port each, so one restarts while the others serve) and one ``role="services"``
+process, which serves nothing (only its exit is watched). Every role gets the auth string.
 """
 
 from __future__ import annotations
@@ -51,8 +39,7 @@ class PrefectServerOptions:
     host: str = HOST
     #: USER:PASSWORD: Prefect's basic auth (PREFECT_SERVER_API_AUTH_STRING); None: none
     auth_string: str | None = field(default=None, repr=False)
-    #: the API address clients, the UI and notification links use when it is not this
-    #: server's own (a TLS proxy, or the first replica for the services process)
+    #: the API address clients, the UI and links use, if not this server's (TLS proxy, replica 1)
     public_api_url: str | None = None
 
 
@@ -85,8 +72,7 @@ class PrefectServer:
         env["PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED"] = "true"
         public_api = self.options.public_api_url or self.api_url
         env["PREFECT_UI_API_URL"] = public_api
-        # links in notifications (`ui_url` in automation templates) are built from this; without
-        # PREFECT_API_URL in the server's environment Prefect cannot infer it
+        # notification links are built from it; Prefect cannot infer it here
         env.setdefault("PREFECT_UI_URL", public_api.removesuffix("/api"))
         if self.options.auth_string:
             # the server checks it; as a client of its own API (the services) it sends it
@@ -100,9 +86,7 @@ class PrefectServer:
         return env
 
     def launch(self) -> ChildProcess:
-        """Start the process without waiting (``wait_ready`` waits); returns it.
-
-        Refuses (``AuthError``) to listen beyond loopback without an auth string."""
+        """Start the process without waiting; ``AuthError`` beyond loopback without auth."""
         env = self.env()
         command = [sys.executable, "-m", "prefect", "server"]
         if self.options.role == "services":

@@ -1,9 +1,8 @@
 """Child processes that can always be stopped: own process group, whole tree, bounded waits.
 
-A Prefect worker starts each flow run in a process group of its own, so signalling the worker's
-group is not enough: the tree below a child is recorded before it is signalled, and whatever is
-still alive after the grace period is killed. On Linux each child also gets SIGTERM if this
-process dies without cleaning up (``PR_SET_PDEATHSIG``).
+A worker starts each flow run in a group of its own, so a child's tree is recorded before it is
+signalled and whatever outlives the grace period is killed. On Linux a child also gets SIGTERM
+if this process dies without cleaning up (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -111,10 +110,8 @@ def run_to_completion(
     log_path: Path,
     timeout: float,
 ) -> str:
-    """Run a one-shot command (bootstrap, deploy); its output goes to ``log_path`` and back.
-
-    Raises ``RuntimeError`` with the output's tail if it fails or takes longer than ``timeout``.
-    """
+    """Run a one-shot command (bootstrap, deploy); returns its output (also in ``log_path``).
+    ``RuntimeError`` with the output's tail if it fails or outlasts ``timeout``."""
     child = ChildProcess(name, command, env=env, cwd=cwd, log_path=log_path)
     start = log_path.stat().st_size if log_path.exists() else 0
     try:

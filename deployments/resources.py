@@ -1,9 +1,7 @@
-"""The Prefect server resources that ``prefect.yaml`` relies on, created by bootstrap.
+"""The Prefect server resources ``prefect.yaml`` relies on; each ``ensure_*`` is a bootstrap step.
 
-Each ``ensure_*`` function is idempotent and returns one line saying what it did, so
-``deployments/bootstrap.py`` can list it as a step. Operators' changes are kept: a variable
-that already exists is never overwritten (except a project directory that does not exist on
-this machine), and an existing work pool is only checked for its type.
+Idempotent, and operators' changes are kept: an existing variable is never overwritten (except
+a project directory missing on this machine), an existing work pool only checked for its type.
 """
 
 from __future__ import annotations
@@ -98,8 +96,8 @@ def work_pool_concurrency() -> int:
 
 
 async def ensure_work_pool(name: str = WORK_POOL_NAME) -> str:
-    """The process work pool every deployment in prefect.yaml runs on, with a concurrency
-    limit so a burst of runs queues up instead of overrunning the server."""
+    """The process work pool of every deployment, with a concurrency limit so a burst of runs
+    queues up instead of overrunning the server."""
     limit = work_pool_concurrency()
     async with get_client() as client:
         try:
@@ -133,11 +131,8 @@ def _is_directory(value: object) -> bool:
 
 
 async def ensure_project_dir_variable(project_dir: Path = PROJECT_DIR) -> str:
-    """Where workers find the flow code (prefect.yaml's pull step reads it for every run).
-
-    Kept if it names a directory that exists here (an operator may point it elsewhere);
-    replaced if it names none, e.g. after the checkout moved.
-    """
+    """Where workers find the flow code (prefect.yaml's pull step); kept if it names a directory
+    that exists here, replaced otherwise (e.g. the checkout moved)."""
     current: Any = await Variable.aget(PROJECT_DIR_VARIABLE, default=None)
     if _is_directory(current):
         note = "" if Path(current) == project_dir else f" (this checkout is {project_dir})"
@@ -167,13 +162,8 @@ async def ensure_default_variables() -> str:
 
 
 async def ensure_audit_log_starts(now: datetime | None = None) -> str:
-    """Where the audit-log readers start, recorded once: a few minutes before bootstrap.
-
-    The bridge and the event-triggered write flows each keep a checkpoint. Without one, a
-    reader's first run would start at its own "now", and an entry logged between the stack
-    coming up and that run (up to one schedule interval) would never be read. All start at
-    the same point; an existing checkpoint (the reader has run, or an operator set one) is kept.
-    """
+    """Every audit-log reader's checkpoint, once: a few minutes before bootstrap, so an entry
+    logged before a reader's first run is still read. Existing checkpoints are kept."""
     start = (now or datetime.now(UTC)) - START_MARGIN
     created: list[str] = []
     kept: list[str] = []
@@ -195,11 +185,8 @@ async def ensure_audit_log_starts(now: datetime | None = None) -> str:
 
 
 async def ensure_credentials_block_type() -> str:
-    """The ``Compliance Credentials`` block type, so operators can create one in the UI.
-
-    Registering is idempotent: the type is created once, and its schema again only when the
-    block's fields change (Prefect keeps one schema per checksum).
-    """
+    """Register the ``Compliance Credentials`` block type, so operators can create one in the UI
+    (a new schema only when the block's fields change)."""
     async with get_client() as client:
         try:
             await client.read_block_type_by_slug(BLOCK_TYPE_SLUG)

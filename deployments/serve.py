@@ -1,17 +1,8 @@
 """``make serve`` (``python -m deployments.serve``): the whole system on this machine until Ctrl-C.
 
-Starts the sandbox, a Prefect server (SQLite, or PostgreSQL with ``--database-url``; Redis with
-``--redis-url``; ``--api-replicas N`` API servers and a services process), runs
-bootstrap and ``prefect deploy --all``, starts one worker (or ``--workers N``, each standing for
-a machine of its own), prints where everything is, and on Ctrl-C (or SIGTERM) stops all of it,
-flow runs included. ``--no-sandbox`` runs against the service your COMPLIANCE_* variables
-describe instead (see docs/operators.md).
-
-The Prefect API always requires Prefect's basic auth: the banner says where the auth string is
-(``cat`` the file into the UI's login), never the string itself. ``--host`` is where the
-Prefect API/UI and the sandbox listen (default 127.0.0.1). ``--tls-cert PEM --tls-key PEM``
-put the nginx TLS proxy on ``--host:--prefect-port`` and the Prefect server on a loopback port
-behind it (``--tls-ca``: what clients trust, default the certificate itself).
+Starts ``deployments.stack.LocalStack`` from the command line's options, prints where everything
+is (and where the auth string is, never the string), and on Ctrl-C or SIGTERM stops all of it,
+flow runs included (docs/operators.md §1).
 """
 
 from __future__ import annotations
@@ -130,11 +121,7 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
 
 
 def deployment_count(stack: LocalStack, work_pool: str = WORK_POOL_NAME) -> int | None:
-    """How many deployments the Prefect server has on ``work_pool`` (None: could not tell).
-
-    Asked of the API, not read from ``prefect deploy``'s output, whose wording (and line count)
-    is not a count of deployments.
-    """
+    """How many deployments the server has on ``work_pool``, asked of the API (None: unknown)."""
     body = {"work_pools": {"name": {"any_": [work_pool]}}}
     try:
         count = stack.request("POST", "/deployments/count", body).json()
@@ -151,8 +138,7 @@ def auth_hint(stack: LocalStack) -> tuple[str, str]:
 
 
 def banner(stack: LocalStack, seconds: float) -> str:
-    """What ``make serve`` prints once the stack is up: addresses and where the secrets are,
-    never a secret."""
+    """What ``make serve`` prints once up: addresses and where the secrets are, never one."""
     count = deployment_count(stack)
     deployments = "?" if count is None else str(count)
     where, read_it = auth_hint(stack)

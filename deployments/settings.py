@@ -1,8 +1,5 @@
-"""What bootstrap and the deployments read from ``COMPLIANCE_*`` variables.
-
-Read from the process environment only (never ``.env``), and without credentials: bootstrap
-has none. ``COMPLIANCE_STATE_DIR`` and ``COMPLIANCE_TOKEN_RATE_LIMIT_NAME`` are declared once, in
-``compliance_api.settings.LocalState``, which both these settings and the client's extend.
+"""What bootstrap and the deployments read from ``COMPLIANCE_*`` variables: the process
+environment only (never ``.env``), and no credentials, which bootstrap has none of.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from compliance_api.settings import ENV_PREFIX, LocalState, blank_is_unset, envi
 HEARTBEAT_SECONDS = 30
 #: three missed heartbeats: a busy machine may delay one, not three
 DEFAULT_GRACE_SECONDS = 90
-#: flow runs of the work pool at once: excess runs wait (Scheduled) instead of overrunning a
-#: small Prefect server; an operator's own value on an existing pool is kept
+#: flow runs of the work pool at once (excess runs wait Scheduled); an existing pool's is kept
 DEFAULT_WORK_POOL_CONCURRENCY = 8
 
 
@@ -45,8 +41,7 @@ class DeploymentSettings(LocalState):
             "heartbeats, or live runs would be marked Crashed"
         ),
     )
-    #: where failed write runs are notified: an absolute http(s) URL, kept secret (its path is
-    #: often a token), so errors name only what is wrong with it
+    #: where failed write runs are notified; secret (its path is often a token)
     notify_webhook_url: SecretStr | None = None
     #: or ``<block-type-slug>/<block-name>`` of an operator's notification block
     notify_block: str | None = None

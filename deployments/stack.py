@@ -1,36 +1,9 @@
-"""The local stack: sandbox, Prefect server, bootstrap, deployments and one or more workers.
+"""The local stack of ``make serve`` and the end-to-end tests: sandbox, Prefect server(s),
+bootstrap, ``prefect deploy --all`` and workers, all state in one directory.
 
-``make serve`` runs it until Ctrl-C; the end-to-end tests start the same stack. Everything
-lives in one state directory (default ``.compliance-flows/`` in the checkout): the Prefect
-database (SQLite, unless ``database_url`` names a PostgreSQL database), the token store, the
-token encryption key (a 0600 file, never printed) and the logs.
-
-With ``workers`` > 1 each worker stands for a machine of its own: its own PREFECT_HOME and
-COMPLIANCE_STATE_DIR (no file is shared), and the token kept on the Prefect server
-(``COMPLIANCE_TOKEN_STORE=prefect``), so the workers share nothing but the Prefect API (and, on
-PostgreSQL, the document-link ledger, a table in the Prefect server's database).
-
-With ``redis_url`` Prefect keeps its messaging, event ordering and leases in Redis; with
-``api_replicas`` > 1 (PostgreSQL and Redis required) it runs as N API servers without services,
-each a process on its own port, plus one process running the services, and the workers are
-spread over the replicas round-robin (``deployments/prefect_server.py``).
-
-Secrets reach flow runs only through the worker's environment, which the process worker hands
-to every flow run it starts; nothing secret is written to the Prefect database.
-
-No anonymous access: the Prefect API always requires Prefect's basic auth. The auth string is
-``PREFECT_SERVER_API_AUTH_STRING`` from the environment if the operator set one, otherwise one
-generated once into ``prefect-api-auth`` (0600) in the state directory; every server process
-gets it as ``PREFECT_SERVER_API_AUTH_STRING``, every client (bootstrap, deploy, the workers and
-so their flow runs, this module's own HTTP helpers) as ``PREFECT_API_AUTH_STRING``. It is never
-printed. ``host`` (default 127.0.0.1) is where the Prefect API/UI and the sandbox listen and
-what every URL the stack hands out names; beyond loopback the sandbox's control API requires a
-bearer token too (``sandbox-control-token``, 0600, in the state directory).
-
-With ``tls_cert`` and ``tls_key`` the nginx TLS proxy (``deployments/tls_proxy.py``) listens on
-``host:prefect_port`` and the Prefect server moves to a free loopback port behind it; every
-client then uses ``https://HOST:PORT/api`` and trusts ``tls_ca`` (default: the certificate
-itself) through ``PREFECT_API_SSL_CERT_FILE``.
+What it starts, its options and what the workers share: docs/operators.md §1, docs/scaling.md.
+Secrets (auth string, token key, database and Redis passwords) reach children only through
+their environment and are never printed.
 """
 
 from __future__ import annotations
@@ -85,9 +58,7 @@ SANDBOX_TOKEN_FILE_NAME = "sandbox-control-token"  # noqa: S105 - a file name
 SANDBOX_TOKEN_ENV = "SANDBOX_CONTROL_TOKEN"  # noqa: S105 - the variable's name, not a token
 WORKER_NAME = "local-worker"
 
-#: API calls of workers and flow runs that the server answers 429/502/503 (a busy server) are
-#: retried this many times with Prefect's exponential backoff (its default is 5): a burst must
-#: make runs wait, not crash before they start.
+#: a busy server (429/502/503) must make runs wait, not crash: Prefect's default is 5 retries
 CLIENT_RETRY_ENV = {"PREFECT_CLIENT_MAX_RETRIES": "10"}
 
 
@@ -120,10 +91,7 @@ def preferred_port(port: int | None, host: str = HOST) -> int:
 
 
 def _busy(error: BaseException) -> bool:
-    """A SQLite-backed server under load answers 503 or stalls for up to a minute: both pass.
-
-    A timed-out GET is safe to repeat; a timed-out write is not (it may have landed).
-    """
+    """A 503, or a timed-out GET (a timed-out write may have landed: not repeated)."""
     if isinstance(error, httpx.HTTPStatusError):
         return error.response.status_code == 503
     return isinstance(error, httpx.TimeoutException) and error.request.method == "GET"
@@ -142,25 +110,22 @@ def auth_string_file(state_dir: Path) -> str:
 @dataclass
 class StackOptions:
     state_dir: Path = DEFAULT_STATE_DIR
-    #: None: any free port; a number: that port if free, else any free port
+    #: that port if free, else (or None) any free port
     prefect_port: int | None = DEFAULT_PREFECT_PORT
     sandbox_port: int | None = DEFAULT_SANDBOX_PORT
     #: False: talk to the service configured by the COMPLIANCE_* variables instead
     use_sandbox: bool = True
     ui: bool = True
-    #: how often the worker asks for runs to start
     worker_poll_seconds: float = 5.0
-    #: the worker's output: into a log file (default) or on this terminal
     worker_output_to_terminal: bool = False
     #: extra environment for the worker (and so for every flow run)
     worker_env: Mapping[str, str] = field(default_factory=dict)
-    #: seconds without a heartbeat before a run is marked Crashed (None: the environment's
-    #: COMPLIANCE_UNRESPONSIVE_RUN_GRACE_SECONDS, else 90 s; deployments/automations.py)
+    #: seconds without a heartbeat before a run is Crashed; None: the environment's, else 90
     unresponsive_run_grace_seconds: int | None = None
     startup_timeout: float = 120.0
     #: postgresql+asyncpg://USER@HOST:PORT/DB for the Prefect server; None: SQLite
     database_url: str | None = None
-    #: workers, each standing for a machine of its own (see the module docstring)
+    #: workers, each standing for a machine of its own (docs/scaling.md)
     workers: int = 1
     #: redis://HOST:PORT/DB: Prefect's messaging, event ordering and leases in Redis
     redis_url: str | None = None
@@ -168,8 +133,7 @@ class StackOptions:
     api_replicas: int = 1
     #: where the Prefect API/UI and the sandbox listen; every URL the stack hands out names it
     host: str = HOST
-    #: Prefect's basic auth, USER:PASSWORD. Default: PREFECT_SERVER_API_AUTH_STRING from the
-    #: environment if set, otherwise the string generated once into the state directory
+    #: USER:PASSWORD; default: PREFECT_SERVER_API_AUTH_STRING, else generated into state_dir
     auth_string: str | None = field(
         default_factory=lambda: os.environ.get(SERVER_AUTH_ENV), repr=False
     )
@@ -226,8 +190,8 @@ def _check_count(name: str, value: object, most: int) -> None:
 
 
 class LocalStack:
-    """Start with ``start()`` (or ``with LocalStack(options) as stack:``); ``stop()`` always
-    stops every child and everything below it."""
+    """``start()`` (or ``with LocalStack(options) as stack:``); ``stop()`` stops every child
+    and everything below it."""
 
     def __init__(self, options: StackOptions | None = None) -> None:
         self.options = options or StackOptions()
@@ -245,10 +209,9 @@ class LocalStack:
         self.timings: dict[str, float] = {}
         self.bootstrap_output = ""
 
-    # ----------------------------------------------------------------------------- secrets
     @property
     def auth_file(self) -> Path:
-        """Where the generated auth string is kept (0600; ``cat`` it into the UI's login)."""
+        """The generated auth string (0600; ``cat`` it into the UI's login)."""
         return self.state_dir / AUTH_FILE_NAME
 
     @property
@@ -286,7 +249,6 @@ class LocalStack:
             values.append(password or "")
         return [value for value in values if value]
 
-    # ----------------------------------------------------------------------------- addresses
     @property
     def server(self) -> PrefectServer | None:
         return self.replicas[0] if self.replicas else None
@@ -339,11 +301,9 @@ class LocalStack:
             return [WORKER_NAME]
         return [f"{WORKER_NAME}-{index}" for index in range(1, self.options.workers + 1)]
 
-    # ----------------------------------------------------------------------------- environments
     def base_env(self) -> dict[str, str]:
-        """This process's environment without any PREFECT_* or COMPLIANCE_* variable (and
-        without the sandbox's token), so no child inherits a profile's server or a secret it
-        was not meant to have."""
+        """This environment minus PREFECT_*, COMPLIANCE_* and the sandbox token: no child
+        inherits a profile's server or a secret not meant for it."""
         env = {
             name: value
             for name, value in os.environ.items()
@@ -353,16 +313,14 @@ class LocalStack:
         return env
 
     def client_env(self, api_url: str | None = None) -> dict[str, str]:
-        """What a Prefect client needs for this stack: its API URL and the auth string (and,
-        behind the TLS proxy, the CA bundle to trust)."""
+        """API URL, auth string and (behind the TLS proxy) the CA bundle to trust."""
         env = {"PREFECT_API_URL": api_url or self.api_url, CLIENT_AUTH_ENV: self.auth_string}
         if self.tls_ca is not None:
             env[SSL_CERT_ENV] = str(self.tls_ca)
         return env
 
     def prefect_env(self) -> dict[str, str]:
-        """Every child talks to this stack's Prefect server, never to a profile's, with the
-        stack's auth string (PREFECT_API_AUTH_STRING)."""
+        """Every child talks to this stack's Prefect server, never to a profile's."""
         env = self.base_env()
         env.update(
             {
@@ -377,8 +335,8 @@ class LocalStack:
         return env
 
     def worker_env(self, name: str = WORKER_NAME) -> dict[str, str]:
-        """The environment of one worker and of every flow run it starts, with the COMPLIANCE_*
-        settings of the sandbox's demo manage app, or (``use_sandbox`` false) the caller's."""
+        """One worker's (and its flow runs') environment: the sandbox demo app's COMPLIANCE_*
+        settings, or (``use_sandbox`` false) the caller's."""
         env = self.prefect_env() | CLIENT_RETRY_ENV
         if self.options.use_sandbox:
             env |= demo_environment(
@@ -405,12 +363,9 @@ class LocalStack:
         env.update(self.options.worker_env)
         return env
 
-    # ----------------------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Bring everything up; on any failure, stop what was started and raise.
-
-        Slow starts overlap: the sandbox with the server, the worker with ``prefect deploy``.
-        """
+        """Bring everything up (sandbox beside server, workers beside ``prefect deploy``); on
+        any failure stop what was started and raise."""
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             check_exposure(self.host, self.auth_string)
@@ -428,8 +383,7 @@ class LocalStack:
             raise
 
     def stop(self) -> None:
-        """Workers first, all at once (each cancels its flow runs), then the server, then the
-        sandbox."""
+        """Workers first, all at once (each cancels its flow runs), then the rest in reverse."""
         workers = self.workers()
         with ThreadPoolExecutor(max_workers=max(len(workers), 1)) as pool:
             list(pool.map(ChildProcess.stop, workers))
@@ -456,9 +410,8 @@ class LocalStack:
         self.timings[name] = time.monotonic() - begin
 
     def start_servers(self) -> None:
-        """The sandbox and the first Prefect server start together. Once that server is up
-        (the database migrated), the other API replicas and the services process start; with
-        TLS, nginx in front of the first server."""
+        """Sandbox and first server together; once it has migrated the database, the TLS
+        proxy and the other replicas and services process."""
         if self.options.database_url is not None:
             prepare_database(self.options.database_url)  # a DatabaseError before anything runs
         wait_for_sandbox = self.launch_sandbox()
@@ -506,8 +459,8 @@ class LocalStack:
     def _prefect_server(
         self, port: int, role: Literal["all", "api", "services"], log: str
     ) -> PrefectServer:
-        """One Prefect process; the UI on the first only. Every one hands out the stack's API
-        address (the UI, notification links), the TLS proxy's when there is one."""
+        """One Prefect process (the UI on the first only) handing out the stack's public API
+        address."""
         return PrefectServer(
             PrefectServerOptions(
                 port=port,
@@ -558,7 +511,7 @@ class LocalStack:
         grace = self.options.unresponsive_run_grace_seconds or os.environ.get(GRACE_ENV)
         if grace:
             env[GRACE_ENV] = str(grace)
-        # where failure notifications go: read by bootstrap only (deployments/automations.py)
+        # notification settings are for bootstrap only (base_env drops every COMPLIANCE_*)
         env.update(
             {name: os.environ[name] for name in (WEBHOOK_ENV, BLOCK_ENV) if name in os.environ}
         )
@@ -585,8 +538,7 @@ class LocalStack:
     def launch_worker(self, name: str = WORKER_NAME) -> ChildProcess:
         log_path = None if self.options.worker_output_to_terminal else self.logs_dir / f"{name}.log"
         env = self.worker_env(name)
-        # Prefect creates its home without parents: a machine's own home must exist beforehand,
-        # or the worker and each of its flow runs warn and run without one
+        # Prefect creates its home without parents: without this it runs with none
         Path(env["PREFECT_HOME"]).mkdir(mode=0o700, parents=True, exist_ok=True)
         child = ChildProcess(
             name,
@@ -612,10 +564,8 @@ class LocalStack:
             interval=0.5,
         )
 
-    # ----------------------------------------------------------------------------- API helpers
     def api(self) -> httpx.Client:
-        """A plain HTTP client of the Prefect API with the stack's basic auth, trusting the TLS
-        proxy's CA when there is one (use ``request`` for calls that must land)."""
+        """An HTTP client of the Prefect API with the stack's auth and CA (``request`` retries)."""
         verify: ssl.SSLContext | bool = True
         if self.tls_ca is not None:
             verify = ssl.create_default_context(cafile=str(self.tls_ca))

@@ -1,20 +1,9 @@
 """TLS in front of a Prefect server: nginx (Debian's ``nginx-light``) as a child process.
 
-Prefect's self-hosting guide puts a reverse proxy in front of the server for TLS; this is that
-proxy, rendered from ``TLSProxyOptions`` and started as ``nginx -c <conf> -g 'daemon off;'``
-with its config, pid file, logs and temp paths in a state directory of its own, so it runs next
-to a system nginx, as root or not. It listens on any address (``listen_host``; a bridge address
-such as 10.213.0.1 as well as 127.0.0.1) and proxies everything to ``upstream`` (the Prefect
-server, e.g. ``http://127.0.0.1:4201``), websockets included (``/api/events/in``,
-``/api/events/out``, ``/api/logs/out``, the task-run and worker channels).
-
-The proxy adds TLS only: Prefect's basic auth (``deployments/auth.py``) passes through it
-untouched and the Prefect server still checks it. Clients trust the proxy with
-``PREFECT_API_SSL_CERT_FILE=<CA bundle>`` and ``PREFECT_API_URL=https://HOST:PORT/api``.
-
-    with TLSProxy(TLSProxyOptions("127.0.0.1", 8443, "http://127.0.0.1:4200",
-                                  cert_file, key_file, state_dir)) as proxy:
-        proxy.api_url  # https://127.0.0.1:8443/api
+Rendered from ``TLSProxyOptions`` and run as ``nginx -c <conf> -g 'daemon off;'`` with config,
+pid file, logs and temp paths in a state directory of its own (so it runs beside a system nginx,
+as root or not). It proxies everything, websockets included, to ``upstream``; Prefect's basic
+auth passes through untouched (docs/scaling.md#tls).
 """
 
 from __future__ import annotations
@@ -106,11 +95,8 @@ def _quoted(path: Path) -> str:
 
 
 def render_nginx_config(options: TLSProxyOptions, *, as_root: bool | None = None) -> str:
-    """The whole ``nginx.conf``: one TLS server that proxies everything to ``upstream``.
-
-    Requests and responses are streamed, not buffered to disk: nginx's workers (``nobody``
-    when started as root) never need to write into the state directory.
-    """
+    """The whole ``nginx.conf``: one TLS server proxying everything to ``upstream``, streamed
+    (not buffered), so nginx's workers (``nobody`` as root) never write into the state dir."""
     state = options.state_dir.resolve()
     upstream = options.upstream.rstrip("/")
     root = os.geteuid() == 0 if as_root is None else as_root
@@ -232,8 +218,8 @@ class TLSProxy:
         return self.child
 
     def wait_ready(self) -> None:
-        """Until nginx has written its pid file (it does so after binding its socket, so
-        a port someone else holds never passes for ready) and the socket accepts."""
+        """Until nginx wrote its pid file (after binding: a port held by another never passes)
+        and the socket accepts."""
         wait_until(
             f"the TLS proxy on {self.options.listen_host}:{self.options.listen_port}",
             lambda: self._pid_written() and self._accepts(),

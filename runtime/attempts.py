@@ -1,19 +1,10 @@
 """Is this process still the one running its flow run? The fence a cut-off process stops at.
 
-A worker cut off from the Prefect server keeps its flow-run process going. After the
-crash-detection grace the server marks the run Crashed, crash recovery schedules it again, and
-another worker starts it: the same flow run, with a new Running state and ``run_count`` one
-higher. Prefect still accepts whatever the old process proposes later (PrefectHQ/prefect#16429),
-so the old process must find out by itself that the run is no longer its own.
-
-The Running state the engine entered for this process is the attempt's identity: as long as the
-server's current state of the run is that very state (same id), no other attempt can have
-started. ``Attempt.ensure_current()`` asks the server before every write (a confirmation is
-reused for ``CONFIRM_SECONDS``, far less than the time crash detection plus recovery take to
-start another attempt) and fails closed: a process that cannot reach the server for
-``UNCONFIRMED_LIMIT_SECONDS`` gives up the run, since by then it may have been marked Crashed.
-A lost attempt raises :class:`AttemptLost` at every later write; the write engine then ends the
-process with Prefect's ``Abort``, which proposes no state at all (``prefect.engine`` exits 0).
+The attempt's identity is the Running state the engine entered: while the server's current state
+is that state, no other attempt has started (Prefect still accepts a stale process's proposals,
+PrefectHQ/prefect#16429). Checks fail closed; a lost attempt raises ``AttemptLost`` at every
+write and the write engine ends it with ``Abort``, which proposes no state
+(docs/write-flows.md#when-a-run-is-started-again-lost-attempts).
 """
 
 from __future__ import annotations
@@ -59,10 +50,8 @@ class Attempt:
     _checking: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     async def ensure_current(self, *, fresh: bool = False) -> None:
-        """Return if the run is still this attempt's; raise :class:`AttemptLost` otherwise.
-
-        ``fresh``: ask the server now instead of trusting a recent confirmation.
-        """
+        """Raise :class:`AttemptLost` unless the run is still this attempt's (``fresh``: ask the
+        server now instead of trusting a recent confirmation)."""
         asked = time.monotonic()
         needed = asked if fresh else asked - CONFIRM_SECONDS
         if self.lost is None and self.confirmed_at > needed:
@@ -130,8 +119,8 @@ async def fenced() -> AsyncIterator[Attempt | None]:
 
 
 async def abort_if_lost() -> None:
-    """End this process with Prefect's ``Abort`` (no state proposed) if the run is no longer
-    its own; call it before anything that outlives the run (a checkpoint, the final state)."""
+    """``Abort`` (no state proposed) if the run is no longer ours; call it before anything that
+    outlives the run (a checkpoint, the final state)."""
     attempt = _current.get() or this_attempt()
     if attempt is None:
         return
@@ -156,9 +145,8 @@ _ticket: ContextVar[_Ticket | None] = ContextVar("compliance_claimed_write", def
 
 @contextlib.contextmanager
 def claimed() -> Iterator[None]:
-    """The first write in the body was just confirmed (its claim was recorded under a fresh
-    confirmation): it goes out without another check if it follows within ``TICKET_SECONDS``;
-    later writes are checked as usual."""
+    """The body's first write was just confirmed (its claim recorded): it skips the check if it
+    follows within ``TICKET_SECONDS``."""
     token = _ticket.set(_Ticket())
     try:
         yield

@@ -1,21 +1,9 @@
-"""How bulk runs (writes and long reads) keep Python's cyclic garbage collector out of their way.
+"""Keeping Python's cyclic garbage collector out of bulk runs' way (docs/performance.md).
 
-Nothing a bulk run allocates depends on the cyclic collector to be freed in time: reference
-counting frees almost everything, and the few cycles Prefect leaves behind are small. What the
-collector does cost is scanning: a write run holds 100,000 validated items and their results for
-its whole length, a long read allocates and frees a page of records per call, and with the
-default thresholds the youngest generation is collected every 700 container allocations, which
-a chunk's task run or a page passes many times; the full collections this leads to walk every
-long-lived object (Prefect's modules) again, which cost the freshness report a fifth of its run.
-Freezing what is alive at the start removes most of that cost; a write run also collects the
-young generation far less often, while a read, which keeps only a page, collects at the usual
-pace and keeps its memory flat (docs/performance.md; numbers in bench/RESULTS.md).
-
-Thresholds and the frozen set are process-wide, and a process may run several flows at once (a
-test session, a ``serve`` process with threads): both are reference-counted, so the first run to
-enter applies a setting and the last to leave restores what was there before. Because they are
-process-wide, a flow says so in its own body (``with collector.tuned_for_bulk_run(): ...``), where
-its author and reader see it; the shared engines never change them behind a flow's back.
+Bulk runs allocate almost nothing that needs the cyclic collector, but its scans of every
+long-lived object (Prefect's modules, a run's validated input) cost a large share of the run.
+Thresholds and the frozen set are process-wide, so they are reference-counted (the last run to
+leave restores them) and each flow enters them in its own body, where its reader sees them.
 """
 
 from __future__ import annotations
@@ -25,8 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-#: container allocations between two collections of the youngest generation during a bulk run
-#: (Python's default is 700; see docs/performance.md for how it was chosen)
+#: allocations between young-generation collections in a bulk run (Python's default: 700)
 BULK_RUN_THRESHOLD = 20_000
 
 _lock = threading.Lock()
@@ -38,12 +25,8 @@ _saved_threshold: tuple[int, int, int] | None = None
 
 @contextmanager
 def paused() -> Iterator[None]:
-    """No cyclic collection at all while a bulk input is read.
-
-    Reading 100,000 rows allocates a few objects per row, none of them in a cycle; every few
-    hundred allocations the collector would rescan the whole heap (Prefect's included), which
-    more than doubles the time to read the file.
-    """
+    """No cyclic collection while a bulk input is read (its rows form no cycles; the rescans
+    would more than double the read)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -54,14 +37,13 @@ def paused() -> Iterator[None]:
 
 
 def tuned_for_bulk_run() -> AbstractContextManager[None]:
-    """Freeze what is alive now (the validated input, Prefect's modules) out of the collector's
-    scans, and collect the youngest generation every :data:`BULK_RUN_THRESHOLD` allocations."""
+    """Freeze what is alive now out of the collector's scans, and collect the young
+    generation every :data:`BULK_RUN_THRESHOLD` allocations."""
     return _held(tune=True)
 
 
 def frozen_for_long_read() -> AbstractContextManager[None]:
-    """Freeze what is alive now out of the collector's scans, and nothing else: a read keeps a
-    page or two alive at a time, so collecting them at the usual pace keeps memory flat."""
+    """Only the freeze: a read keeps a page or two alive, so the usual pace keeps memory flat."""
     return _held(tune=False)
 
 

@@ -1,27 +1,10 @@
 """How every task gets a client: ``async with compliance_client() as client:``.
 
-The client is wired to the process's token broker for the run's customer key
-(``shared_broker``), so all tasks, flow runs and threads of a process share one token in memory
-and one renewal at a time, and all processes share one stored token
-(``compliance_api/tokens/broker.py``, docs/shared-token.md).
-
-Backend rule:
-- rate limiter: the Prefect global concurrency limit when a Prefect API is configured
-  (``PREFECT_API_URL``, as on every worker and under ``prefect_test_harness``), otherwise a
-  file-based limiter shared by the processes of this machine;
-- store + lock: ``COMPLIANCE_TOKEN_STORE=local`` (default; encrypted files under
-  ``COMPLIANCE_STATE_DIR`` and a ``flock`` lock) or ``prefect`` (encrypted Prefect Variables and
-  a lock on the Prefect server, ``runtime/locks.py``; for workers on several machines).
-
-Settings come from ``runtime.credentials.load_run_settings()``: the credentials block that
-``COMPLIANCE_CREDENTIALS_BLOCK`` names (read once per process) over the environment, or the
-environment alone.
-
-Every write the client sends, retries included, first passes ``runtime.attempts.guard_write``:
-a process whose flow run was started again elsewhere stops writing.
-
-The client's own retries are the only retries of a call inside a flow run (``runtime/retries.py``
-says why); each one is logged on the run that makes the call.
+The client shares its process's token broker per customer key (one token in memory, one renewal
+at a time; one stored token across processes). Backends: the rate limiter is the Prefect global
+concurrency limit when a Prefect API is configured, else a file limiter; store and lock follow
+``COMPLIANCE_TOKEN_STORE`` (docs/shared-token.md#storage-and-locks). Every write, retries
+included, first passes ``runtime.attempts.guard_write``; each client retry is logged on the run.
 """
 
 from __future__ import annotations
@@ -53,12 +36,8 @@ os.register_at_fork(after_in_child=_brokers.clear)  # a forked child renews on i
 
 
 def shared_broker(settings: Settings | None = None) -> TokenBroker:
-    """The process's broker for the customer key of these settings (created on first use, then
-    reused; made anew if the settings changed, e.g. a rotated secret).
-
-    Without ``settings``: the run's settings (a credentials block must have been read already,
-    as ``compliance_client()`` and the token task do).
-    """
+    """The process's broker for these settings' customer key, made anew if the settings changed
+    (e.g. a rotated secret). Default: the run's settings (a block must have been read already)."""
     settings = settings or run_settings()
     kind, api_url = runtime_settings().token_store, get_current_settings().api.url
     identity = (CustomerKey.from_settings(settings), kind, api_url)
@@ -76,8 +55,7 @@ def shared_broker(settings: Settings | None = None) -> TokenBroker:
 
 
 def forget_brokers() -> None:
-    """Drop cached brokers and credentials blocks (tests, or after changing settings in a
-    long-lived process)."""
+    """Drop cached brokers and credentials blocks (tests, long-lived processes)."""
     with _brokers_guard:
         _brokers.clear()
     forget_credentials()
@@ -85,8 +63,7 @@ def forget_brokers() -> None:
 
 @asynccontextmanager
 async def compliance_client(settings: Settings | None = None) -> AsyncIterator[ComplianceClient]:
-    """A ``ComplianceClient`` using the shared token; by default the run's settings (the
-    credentials block COMPLIANCE_CREDENTIALS_BLOCK names, or the environment)."""
+    """A ``ComplianceClient`` using the shared token; by default with the run's settings."""
     settings = settings or await load_run_settings()
     on_retry = log_client_retry(settings.max_retries + 1)
     async with ComplianceClient.from_settings(

@@ -1,24 +1,9 @@
 """The ``Compliance Credentials`` block: an application's credentials kept on the Prefect server.
 
-Flow runs read their credentials from the block that ``COMPLIANCE_CREDENTIALS_BLOCK`` names, and
-from the ``COMPLIANCE_*`` environment variables when it is not set. Either way the values go
-through ``compliance_api.settings`` and are checked there, in one place; an error about a value
-from the block names the block's field, never the secret's value.
-
-The block holds only what identifies the application and where it talks to (the fields of
-``CREDENTIAL_FIELDS``). Everything else stays in the environment of the process that runs the
-flow: the state directory, the timeouts and retries, and above all
-``COMPLIANCE_TOKEN_ENCRYPTION_KEY``. The key that protects the tokens kept in Prefect (the
-``prefect`` token store) must not be kept in Prefect too: whoever could read the one could then
-read the other, and the encryption would protect nothing.
-
-Where the secret lives: Prefect's server encrypts the whole block document (Fernet) before it
-writes it to its database (``prefect/server/models/block_documents.py`` →
-``BlockDocument.encrypt_data`` → ``prefect/server/utilities/encryption.py``). The key is
-``PREFECT_SERVER_ENCRYPTION_KEY`` from the server's environment; without it, the server
-generates one on first use and stores it, in plain text, in the ``configuration`` table of the
-same database. Through the API the secret is masked unless the caller asks for it
-(``include_secrets``), which any client of the API may do.
+Flow runs take them from the block ``COMPLIANCE_CREDENTIALS_BLOCK`` names, else from the
+``COMPLIANCE_*`` environment; either way ``compliance_api.settings`` checks them, and an error
+names the block's field, never the secret. Only ``CREDENTIAL_FIELDS`` are in the block: the
+token encryption key must never be kept in Prefect too (docs/settings.md).
 
     python -m runtime.credentials save NAME [--overwrite]   # a block from the COMPLIANCE_* env
 """
@@ -52,7 +37,7 @@ CREDENTIALS_BLOCK_ENV = "COMPLIANCE_CREDENTIALS_BLOCK"
 BLOCK_TYPE_NAME = "Compliance Credentials"
 BLOCK_TYPE_SLUG = "compliance-credentials"
 
-#: the Settings fields a credentials block holds; every other setting stays in the environment
+#: the Settings fields a block holds; every other setting stays in the environment
 CREDENTIAL_FIELDS = (
     "client_id",
     "client_secret",
@@ -71,26 +56,8 @@ CREDENTIAL_FIELDS = (
 class ComplianceCredentials(Block):
     """Credentials of one application of the compliance API, and where the API is.
 
-    Flow runs use the block named by the ``COMPLIANCE_CREDENTIALS_BLOCK`` environment variable
-    instead of the ``COMPLIANCE_CLIENT_ID``, ``COMPLIANCE_CLIENT_SECRET``, ... variables; the
-    token encryption key and the other settings still come from the environment.
-
-    Attributes:
-        client_id: The application's client id.
-        client_secret: The application's client secret.
-        application_type: manage, integration_private, integration_public or auditor.
-        base_url: The API's base address (commercial tier).
-        gov_base_url: The government tier's base address.
-        use_gov: Send data and token calls to gov_base_url.
-        auth_url: Host of the browser consent page (public integrations).
-        scope_namespace: Prefix of manage scopes.
-        scopes: Scopes to request; empty: the application type's defaults.
-        source_id: The customer (integration_public only).
-        redirect_uri: Redirect address of the authorization-code flow.
-
     Examples:
-        Save credentials, then name the block in the worker's environment (or a deployment's
-        job variables) with ``COMPLIANCE_CREDENTIALS_BLOCK=compliance-prod``:
+        Save a block, then set ``COMPLIANCE_CREDENTIALS_BLOCK=compliance-prod`` on the workers:
         ```python
         from runtime.credentials import ComplianceCredentials
 
@@ -99,14 +66,7 @@ class ComplianceCredentials(Block):
             client_secret="my-client-secret",
             base_url="https://api.example.com",
         ).save("compliance-prod")
-        ```
-
-        Load them:
-        ```python
-        from runtime.credentials import ComplianceCredentials
-
-        credentials = ComplianceCredentials.load("compliance-prod")
-        settings = credentials.to_settings()
+        settings = ComplianceCredentials.load("compliance-prod").to_settings()
         ```
     """
 
@@ -152,13 +112,12 @@ class ComplianceCredentials(Block):
     redirect_uri: str | None = Field(default=None, title="Redirect URI")
 
     def settings_overrides(self) -> dict[str, Any]:
-        """The block's values as keyword arguments of ``load_settings``: every credential field,
-        the empty ones too, so nothing of the kind is taken from the environment."""
+        """Every credential field, empty ones too, so none comes from the environment."""
         return {name: getattr(self, name) for name in CREDENTIAL_FIELDS}
 
     def to_settings(self, **overrides: Any) -> Settings:
-        """The settings of a run: this block's credentials, ``overrides`` (e.g. a flow's
-        ``source_id``) over them, the environment for the rest; checked by ``Settings``."""
+        """This block's credentials, ``overrides`` (e.g. ``source_id``) over them, the
+        environment for the rest."""
         name = self._block_document_name
         where = f"block {name!r}" if name else "block"
         origin = f"the {BLOCK_TYPE_NAME} {where}" if name else f"an unsaved {BLOCK_TYPE_NAME} block"
@@ -173,12 +132,11 @@ class ComplianceCredentials(Block):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ComplianceCredentials:
-        """A block holding the credential part of ``settings`` (e.g. from the environment)."""
+        """A block holding the credential part of ``settings``."""
         values = {name: getattr(settings, name) for name in CREDENTIAL_FIELDS}
         return cls(**values)
 
 
-# --------------------------------------------------------------------------- loading
 def credentials_block_name() -> str | None:
     """The block named by COMPLIANCE_CREDENTIALS_BLOCK (process environment only), or None."""
     return runtime_settings().credentials_block
@@ -235,7 +193,7 @@ def _loading_lock() -> asyncio.Lock:
 
 
 async def credentials(name: str) -> ComplianceCredentials:
-    """The block, read from the server once per process (per name and Prefect API)."""
+    """The block, read once per process (per name and Prefect API)."""
     cached = _cached(name)
     if cached is not None:
         return cached
@@ -255,8 +213,7 @@ def forget_credentials() -> None:
 
 
 async def load_run_settings(**overrides: Any) -> Settings:
-    """The settings of a flow run: from the block COMPLIANCE_CREDENTIALS_BLOCK names (read once
-    per process) and the environment, or from the environment alone."""
+    """A flow run's settings: the named block's (read once per process) over the environment."""
     name = credentials_block_name()
     if name is None:
         return load_settings(**overrides)
@@ -278,7 +235,6 @@ def run_settings(**overrides: Any) -> Settings:
     return block.to_settings(**overrides)
 
 
-# --------------------------------------------------------------------------- command line
 async def save_from_environment(name: str, *, overwrite: bool = False) -> str:
     """Save the COMPLIANCE_* environment's credentials (checked first) as a block."""
     settings = load_settings()

@@ -1,14 +1,8 @@
 """Sending Prefect events so that "sent" means "the server has it".
 
-``prefect.events.emit_event`` hands an event to a background worker and returns at once; a crash
-right after can lose it, so it cannot come before a checkpoint. Here a batch (one API page) is
-POSTed to the server's ``/events`` endpoint, which answers only after publishing it, so a
-checkpoint written afterwards never runs ahead of the events.
-
-Every event gets a deterministic id (uuid5 of what it is about). The Prefect server stores an
-event id once (SQLite: skips ids already stored; Postgres: ``ON CONFLICT DO NOTHING``), its
-publisher drops an id seen in the last 5 minutes, and the automations engine ignores an id it has
-processed in the last 30 minutes. So re-sending a batch after a crash is harmless.
+Unlike ``emit_event`` (a background queue), a batch is POSTed to ``/events``, which answers only
+after publishing, so a checkpoint saved afterwards never runs ahead of the events. Ids are
+deterministic, so the server dedupes a batch re-sent after a crash (docs/read-flows.md).
 """
 
 from __future__ import annotations
@@ -36,11 +30,8 @@ def deterministic_event_id(*parts: str) -> uuid.UUID:
 
 
 class EventSink:
-    """Sends batches of events to the Prefect API and counts them.
-
-    The flow run, flow and deployment are attached as related resources (as ``emit_event``
-    would), looked up once per sink rather than once per event.
-    """
+    """Sends batches of events to the Prefect API and counts them; attaches the run context as
+    related resources (as ``emit_event`` would), looked up once per sink."""
 
     def __init__(self, *, attach_run_context: bool = True) -> None:
         self.sent = 0

@@ -1,26 +1,8 @@
-"""Mutual exclusion by name across machines: a Prefect global concurrency limit of one slot.
+"""Mutual exclusion by name across machines: a one-slot Prefect global concurrency limit.
 
-The Prefect server does the bookkeeping, so the lock holds across workers that share nothing
-but the Prefect API:
-
-- a holder takes the slot with a lease of ``LEASE_SECONDS`` that its client renews in the
-  background; if renewal fails (the server freed the slot, or could not be reached for the
-  whole lease) the body is cancelled, so a holder never carries on without the lock;
-- a holder that dies stops renewing, and the server's repossessor frees the slot once the lease
-  has expired (it looks every 15 s): a crashed holder blocks others for at most about 75 s;
-- expiry is judged by the server's clock alone, and only the server frees a slot;
-- a waiter asks again when the server's ``Retry-After`` says (about the limit's average hold),
-  not on a fixed poll. Waiting is a series of single requests, none cut short when the wait
-  ends (a request cancelled in flight could have been granted all the same, leaving the slot
-  taken until its lease ran out); a wait that ends first says in ``LockTimeoutError.retry_after``
-  how much of the last Retry-After was left, for a caller that waits in slices (the token
-  broker) to honour.
-
-Leases live in the server's lease storage. Prefect keeps them in memory unless told otherwise,
-and a restart would then forget a lease while its slot stays taken: the project's servers use
-the filesystem storage (``deployments/server_settings.py``); several server replicas need Redis
-(docs/scaling.md). Limits are created on first use (one slot, no decay), so a lock needs no
-setup; Prefect requires leases of at least 60 s.
+The holder's lease is renewed in the background and the body is cancelled if renewal fails; a
+dead holder's slot is freed by the server once the lease expires (about 75 s). Limits are
+created on first use. How waiting works and why: docs/scaling.md#3-one-token-for-all-of-them.
 """
 
 from __future__ import annotations
@@ -49,8 +31,8 @@ DEFAULT_RETRY_SECONDS = 1.0
 
 
 class LockTimeoutError(TimeoutError):
-    """Another holder kept the lock for the whole wait; ``retry_after``: the seconds still
-    left of the server's last Retry-After."""
+    """Another holder kept the lock for the whole wait; ``retry_after``: what was left of the
+    server's last Retry-After."""
 
     def __init__(self, message: str, retry_after: float = 0.0) -> None:
         super().__init__(message)
@@ -58,11 +40,8 @@ class LockTimeoutError(TimeoutError):
 
 
 def limit_name(name: str) -> str:
-    """The global concurrency limit behind the lock ``name``.
-
-    A name that had to be changed or shortened gets a hash of the original, so ``"A.b"`` and
-    ``"a-b"`` stay two locks.
-    """
+    """The limit behind lock ``name``; a slugged or shortened name gets a hash of the original,
+    so ``"A.b"`` and ``"a-b"`` stay two locks."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a lock needs a non-empty name, not {name!r}")
     slug = _NOT_IN_LIMIT_NAMES.sub("-", name.lower())
@@ -72,7 +51,7 @@ def limit_name(name: str) -> str:
 
 
 async def _create_limit(limit: str) -> None:
-    """Create the one-slot limit ``limit``; another process may create it first: the same."""
+    """Create the one-slot limit (another process creating it first is fine)."""
     async with get_client() as client:
         with contextlib.suppress(ObjectAlreadyExists):
             await client.create_global_concurrency_limit(
@@ -98,13 +77,8 @@ def _missing_limit(error: ConcurrencySlotAcquisitionError) -> bool:
 @asynccontextmanager
 async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterator[None]:
     """Hold the lock ``name`` for the body; ``LockTimeoutError`` naming ``what`` if another
-    holder keeps it for ``wait_seconds``.
-
-    The slot is asked for with single requests, none cut short: at once, then each time the
-    last refusal's Retry-After has passed, until the wait is over. The limit is created when the
-    server says it does not exist. A ``TimeoutError`` raised by the body itself passes through
-    unchanged.
-    """
+    holder keeps it for ``wait_seconds``. One request per refusal's Retry-After, never cut
+    short; a ``TimeoutError`` from the body passes through unchanged."""
     limit = limit_name(name)
     created = False
     deadline = time.monotonic() + wait_seconds
@@ -114,7 +88,7 @@ async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterat
             async with concurrency(
                 limit,
                 occupy=1,
-                max_retries=0,  # one request; the waiting is done here, see above
+                max_retries=0,  # one request; the waiting is done here
                 lease_duration=LEASE_SECONDS,
                 strict=True,
                 raise_on_lease_renewal_failure=True,

@@ -1,15 +1,8 @@
-"""Who retries a Compliance API call inside a flow run: the data client, and nothing on top.
+"""The data client's retries are the only retries of a Compliance API call inside a flow run.
 
-One layer, with a bounded total. The client's own retries (``compliance_api/retry.py``) send
-one call at most ``COMPLIANCE_MAX_RETRIES`` + 1 times (6 by default). They are the layer because
-they know what a Prefect task retry cannot: a 429's ``Retry-After``, backoff with jitter, and
-which writes are safe to send again (a document link only when provably unapplied: a 429, or a
-request that never left); they also work the same from plain Python. So the tasks that wrap an
-API call declare ``retries=0``: task retries on top would multiply the sends (4 task attempts of
-6 sends each were 24 sends of one chunk under a persistent 503). Trouble that outlasts those
-attempts is not ridden out inside the run: its items end ``failed_retryable``, and the automatic
-rerun of failed items sends them again later, as a new run. Each client retry is logged on the
-task run (a warning), so it still shows in the UI.
+They know a 429's Retry-After and which writes are safe to resend; task retries on top would
+multiply the sends (docs/write-flows.md). What outlasts them ends ``failed_retryable`` for the
+automatic rerun. Each client retry is logged on the run as a warning.
 """
 
 from __future__ import annotations
@@ -24,8 +17,8 @@ from prefect.logging import get_run_logger
 
 from compliance_api.retry import RetryNotice
 
-#: ``@task(**API_CALL)``: a task that makes Compliance API calls through the shared client.
-#: ``retries=0`` is explicit, so a ``PREFECT_TASK_DEFAULT_RETRIES`` cannot add a second layer.
+#: ``@task(**API_CALL)`` for a task making API calls; ``retries=0`` is explicit, so a
+#: ``PREFECT_TASK_DEFAULT_RETRIES`` cannot add a second layer.
 API_CALL: dict[str, Any] = {
     "retries": 0,
     # nothing cached or stored: a write must run each time, and its result stays in memory
@@ -37,8 +30,8 @@ _fallback_logger = logging.getLogger("compliance_flows.retries")
 
 
 def log_client_retry(max_attempts: int) -> Callable[[RetryNotice], None]:
-    """The client's ``on_retry``: a warning in the log of the task (or flow) run making the
-    call, or in this module's logger outside a run. The error never carries a secret."""
+    """The client's ``on_retry``: a warning on the calling run's log (outside a run, this
+    module's logger). The error never carries a secret."""
 
     def log(notice: RetryNotice) -> None:
         try:

@@ -1,7 +1,5 @@
-"""What the Prefect runtime reads from ``COMPLIANCE_*`` variables (process environment only).
-
-The client's own settings are ``compliance_api.settings.Settings``; these two are about how a
-flow run gets them and where its token lives, so they are not part of the client.
+"""What the Prefect runtime reads from ``COMPLIANCE_*`` variables (process environment only):
+how a flow run gets its settings and keeps its token, so not part of the client's ``Settings``.
 """
 
 from __future__ import annotations
@@ -19,13 +17,11 @@ class RuntimeSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
-    #: ``local``: encrypted files and a flock under the state directory; ``prefect``: encrypted
-    #: Prefect Variables and a lock on the Prefect server (workers on several machines)
+    #: ``local``: files and a flock in the state dir; ``prefect``: on the Prefect server
     token_store: Literal["local", "prefect"] = "local"  # noqa: S105 - a store kind
     #: the Compliance Credentials block flow runs take their credentials from, if any
     credentials_block: str | None = None
-    #: PostgreSQL database of the document-link ledger every worker shares; unset: a file
-    #: under the state directory, shared by this machine's runs only
+    #: PostgreSQL database of the shared document-link ledger; unset: a file in the state dir
     link_ledger_url: SecretStr | None = None
 
     @field_validator("token_store", mode="before")

@@ -1,8 +1,5 @@
-"""Handing large values to tasks without Prefect walking them.
-
-Prefect walks every argument of a task (twice: to resolve futures and to record inputs) before
-the task starts; for a page of 100 models that walk cost as much as the API call. Its ``quote``
-annotation skips the walk; ``unwalked`` applies it while keeping the value's type for mypy.
+"""Handing large values to tasks without Prefect walking them (a walk of a page of models cost
+as much as the API call; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -15,5 +12,5 @@ T = TypeVar("T")
 
 
 def unwalked(value: T) -> T:
-    """``value`` wrapped in ``quote``: the task receives the value itself, unwalked."""
+    """``value`` in Prefect's ``quote``, typed as itself: the task receives it unwalked."""
     return cast(T, quote(value))

@@ -1,11 +1,5 @@
-"""Prefect-backed parts of the token broker: the shared rate limit, and a store + lock for many
-machines kept on the Prefect server itself (nothing else to run).
-
-- ``PrefectRateLimiter``: a global concurrency limit used with ``rate_limit(..., strict=True)``;
-  a missing limit is an error naming ``python -m deployments.bootstrap``, never "unthrottled".
-- ``PrefectVariableTokenStore``: the encrypted record (ciphertext only) in a Prefect Variable per
-  customer key.
-- ``PrefectTokenLock``: the token lock per customer key, a ``runtime.locks`` lock.
+"""The token broker's Prefect-backed parts: the shared rate limit, and a store and lock kept on
+the Prefect server for workers on several machines (docs/shared-token.md#storage-and-locks).
 """
 
 from __future__ import annotations
@@ -37,18 +31,14 @@ TOKEN_LOCK_PREFIX = "token-"  # noqa: S105 - a name prefix
 
 
 class PrefectRateLimiter:
-    """The token endpoint's budget as a Prefect global concurrency limit (a token bucket).
-
-    Sized by bootstrap as limit 1, decay 1/15 per second: 1 + 60 * 1/15 = 5 calls per minute at
-    most, for every process on every machine that talks to this Prefect server.
-    """
+    """The token endpoint's budget (5 calls a minute, sized by bootstrap) as a Prefect global
+    concurrency limit; a missing limit is an error, never "unthrottled"."""
 
     def __init__(self, name: str) -> None:
         self.name = name
 
     async def acquire(self, *, max_wait: float | None = None) -> None:
-        """Take a slot; with ``max_wait``, ``TokenRateLimitWaitError`` once that has passed
-        (the server cannot say beforehand how long the wait would be)."""
+        """Take a slot; with ``max_wait``, ``TokenRateLimitWaitError`` once that has passed."""
         try:
             await rate_limit(self.name, timeout_seconds=max_wait, strict=True)
         except TimeoutError:
@@ -68,13 +58,10 @@ def _store_name(key: CustomerKey) -> str:
 
 
 class PrefectVariableTokenStore:
-    """Ciphertext in a Prefect Variable per customer key, for workers on many machines.
+    """Ciphertext in a Prefect Variable per customer key.
 
-    A write is one request: an update when the last read found the variable (the broker reads
-    under the lock just before it writes), a create when it did not; the other one only if the
-    variable appeared or vanished in between. (``Variable.aset`` reads first, then creates, or
-    updates and reads again: two or three requests on the path every waiter waits for.)
-    """
+    A write is one request (update if the last read found the variable, else create; the other
+    only if it changed in between), where ``Variable.aset`` would take two or three."""
 
     def __init__(self) -> None:
         #: per variable: whether the last read (or write) found it on the server
@@ -129,8 +116,7 @@ class PrefectVariableTokenStore:
 
 
 class PrefectTokenLock:
-    """The token lock per customer key, held across machines (``runtime/locks.py``); a wait
-    that ends first carries the server's Retry-After, which the broker honours."""
+    """The token lock per customer key (``runtime/locks.py``); a timeout carries Retry-After."""
 
     @asynccontextmanager
     async def hold(self, key: CustomerKey, *, wait_seconds: float) -> AsyncIterator[None]:
