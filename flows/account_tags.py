@@ -332,11 +332,6 @@ async def update_account_tags(
             exactly as a file is.
         dry_run: Only report what would change; nothing is written.
         concurrency: How many accounts are updated at the same time (1 to 32).
-        require_approval: Publish the plan and wait, suspended (no worker is held), until
-            someone approves or rejects it with the run's Resume button; only a run of a
-            deployment can wait. Rejected or unanswered: nothing is sent.
-        approval_deadline_hours: With require_approval: how long the plan waits for a
-            decision before the run fails, nothing sent (default 24).
     """
     parsed = read_account_items(accounts, input_file, pasted_rows)
     return await run_write_job(

@@ -239,11 +239,6 @@ async def add_people_to_groups(
         dry_run: Only report what would be added; nothing is written.
         concurrency: How many add-people calls (up to 100 people each) are in flight at the
             same time (1 to 32).
-        require_approval: Publish the plan and wait, suspended (no worker is held), until
-            someone approves or rejects it with the run's Resume button; only a run of a
-            deployment can wait. Rejected or unanswered: nothing is sent.
-        approval_deadline_hours: With require_approval: how long the plan waits for a
-            decision before the run fails, nothing sent (default 24).
     """
     # a bulk run: the garbage collector is tuned for this process while it reads and sends
     # (runtime/collector.py: 100,000 people otherwise cost more collector than API time)

@@ -253,11 +253,6 @@ async def attach_document_links(
             (it is).
         dry_run: Only report what would be attached; nothing is written.
         concurrency: How many links are attached at the same time (1 to 32).
-        require_approval: Publish the plan and wait, suspended (no worker is held), until
-            someone approves or rejects it with the run's Resume button; only a run of a
-            deployment can wait. Rejected or unanswered: nothing is sent.
-        approval_deadline_hours: With require_approval: how long the plan waits for a
-            decision before the run fails, nothing sent (default 24).
     """
     parsed = read_link_items(links, input_file, pasted_rows)
     async with document_links_job(unconfirmed_links) as job:

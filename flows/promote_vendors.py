@@ -214,12 +214,6 @@ async def promote_discovered_vendors(
             The checkpoint moves on once they are all handled (not in a dry run).
         dry_run: Only report what would be promoted; nothing is written.
         concurrency: How many vendors are promoted at the same time (1 to 32).
-        require_approval: Publish the plan and wait, suspended (no worker is held), until
-            someone approves or rejects it with the run's Resume button; only a run of a
-            deployment can wait. Rejected or unanswered: nothing is sent. With from_audit_log,
-            new log entries between the plan and the decision refuse the run: plan again.
-        approval_deadline_hours: With require_approval: how long the plan waits for a
-            decision before the run fails, nothing sent (default 24).
     """
     # checked before the first call, also when the log is to be read
     parsed = read_vendor_items(

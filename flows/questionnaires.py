@@ -377,12 +377,6 @@ async def route_questionnaires(
             checkpoint moves on once they are all handled (not in a dry run).
         dry_run: Only report what would be done; nothing is written.
         concurrency: How many questionnaires are processed at the same time (1 to 32).
-        require_approval: Publish the plan and wait, suspended (no worker is held), until
-            someone approves or rejects it with the run's Resume button; only a run of a
-            deployment can wait. Rejected or unanswered: nothing is sent. With from_audit_log,
-            new log entries between the plan and the decision refuse the run: plan again.
-        approval_deadline_hours: With require_approval: how long the plan waits for a
-            decision before the run fails, nothing sent (default 24).
     """
     defaults = {
         "route": route,

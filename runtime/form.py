@@ -1,14 +1,8 @@
-"""How the flows' parameters look in the Prefect UI's run form (Deployments → Run → Custom run).
+"""How the flows' parameters look in the Prefect UI's run form (``Annotated`` metadata).
 
-Prefect builds the form from the parameter schema of the flow
-(``prefect.utilities.callables.parameter_schema``): a field's help text is the parameter's entry
-in the ``Args:`` section of the flow's docstring, a ``Literal`` becomes a select, and the label is
-the parameter's name. The helpers below go into the signatures as ``Annotated`` metadata.
-
-The constrained types are the parameters' checks: the form shows their limits, the Prefect server
-refuses a deployment run whose value is out of range before it creates the run (its message names
-the field and the value), and a direct call fails Prefect's parameter validation, naming the
-field and the limit, before the flow's first line runs.
+Help text comes from the flow docstring's ``Args:``. The constrained types are the parameters'
+checks: the form shows the limits, the server refuses an out-of-range deployment run, and a
+direct call fails Prefect's parameter validation before the flow's first line.
 """
 
 from __future__ import annotations
@@ -39,27 +33,29 @@ EMPTY: JsonSchemaValue = {"enum": [None], "title": "None"}
 
 
 def title(text: str) -> FieldInfo:
-    """The field's label. Prefect sets every field's title to the parameter's name and a
-    ``Field(title=...)`` loses to that, but an extra ``title`` key is applied after it."""
+    """The field's label (an extra ``title`` key: Prefect overrides ``Field(title=...)``)."""
     field: FieldInfo = Field(json_schema_extra={"title": text})
     return field
 
 
+def form_field(label: str, help_text: str) -> FieldInfo:
+    """Label and help of a parameter several flows share, declared once: an extra
+    ``description`` key wins over the flow docstring's ``Args:`` entry."""
+    field: FieldInfo = Field(json_schema_extra={"title": label, "description": help_text})
+    return field
+
+
 def one_of(*values: str) -> WithJsonSchema:
-    """A string the form offers as a select of ``values``. Unlike a ``Literal``, validation is
-    left to the flow, so a wrong value gets the flow's message (and its spelling rules)."""
+    """A string offered as a select of ``values``; unlike a ``Literal``, the flow validates it
+    (its own message and spelling rules)."""
     return WithJsonSchema({"type": "string", "enum": list(values)})
 
 
 class _OpensOnValue:
     """For ``X | None = None``: the form opens on X's input, not on a "None" tab.
 
-    Both Prefect UIs pick the branch of ``anyOf`` whose type matches the field's value, and
-    the default None matches ``{"type": "null"}``: the field opened on 'Property is type "None"'
-    and an operator had to find the tab to type a value. Written as ``{"enum": [null]}`` (the
-    same set of values), None matches no typed branch and the form opens on the first, X.
-    Left empty, the field keeps None, which the schema still allows.
-    """
+    The UIs open the ``anyOf`` branch whose type matches the value; ``{"enum": [null]}`` (same
+    values as ``{"type": "null"}``) matches no typed branch, so the form opens on X."""
 
     def __get_pydantic_json_schema__(
         self, core_schema: CoreSchema, handler: GetJsonSchemaHandler

@@ -29,16 +29,32 @@ from pydantic import BaseModel, Field
 
 from compliance_api.errors import ComplianceError, InputError
 from runtime.events import EventSink, deterministic_event_id
-from runtime.form import NonBlank, title
+from runtime.form import NonBlank, form_field
 from write_engine.inputs import ItemInput, ItemT
 from write_engine.outcomes import AnyResult, Approval
 from write_engine.reporting import result_rows, run_link
 
 DEFAULT_DEADLINE_HOURS = 24.0
-#: the write flows' approval parameters, as the run form shows them
-RequireApproval = Annotated[bool, title("Require approval")]
-#: how long a run waits for a decision before Prefect fails it
-ApprovalDeadline = Annotated[float, Field(gt=0, le=24 * 30), title("Approval deadline (hours)")]
+#: the write flows' approval parameters, with their label and help in the run form
+RequireApproval = Annotated[
+    bool,
+    form_field(
+        "Require approval",
+        "Publish the plan and wait, suspended (no worker is held), until someone approves or "
+        "rejects it with the run's Resume button; only a run of a deployment can wait. Rejected "
+        "or unanswered: nothing is sent. Items that change between the plan and the decision "
+        "(an edited file; with from_audit_log, new log entries) refuse the run: plan again.",
+    ),
+]
+ApprovalDeadline = Annotated[
+    float,
+    Field(gt=0, le=24 * 30),
+    form_field(
+        "Approval deadline (hours)",
+        "With require_approval: how long the plan waits for a decision before the run fails, "
+        "nothing sent (default 24).",
+    ),
+]
 #: the flow-run inputs this module keeps on the run
 PLAN_KEY = "compliance-plan"
 DECISION_KEY = "compliance-approval"
