@@ -65,8 +65,8 @@ def generate_auth_string(user: str = DEFAULT_USER) -> str:
     return f"{user}:{secrets.token_urlsafe(32)}"
 
 
-def check_auth_string(value: str, where: str) -> str:
-    """``value`` if a usable ``USER:PASSWORD``; errors name ``where``, never the value."""
+def check_auth_string(value: str, where: str) -> None:
+    """``AuthError`` unless a usable ``USER:PASSWORD``; errors name ``where``, never the value."""
     if not value:
         raise AuthError(
             f"{where} is set but empty: set it to USER:PASSWORD, or unset it to use the "
@@ -77,7 +77,6 @@ def check_auth_string(value: str, where: str) -> str:
         raise AuthError(f"{where} must have the form USER:PASSWORD (value not shown)")
     if any(character.isspace() for character in value):
         raise AuthError(f"{where} must not contain whitespace (value not shown)")
-    return value
 
 
 def basic_auth(auth_string: str) -> httpx.BasicAuth:

@@ -88,13 +88,8 @@ def approval_automation(block_document_id: UUID) -> AutomationCore:
 
 
 async def _ensure_notifications(block_id: UUID, label: str) -> str:
-    note = f"sends through {label}"
-    return "; ".join(
-        [
-            await _ensure(notification_automation(block_id), note, block_id),
-            await _ensure(approval_automation(block_id), note, block_id),
-        ]
-    )
+    automations = [notification_automation(block_id), approval_automation(block_id)]
+    return "; ".join([await _ensure(a, f"sends through {label}", block_id) for a in automations])
 
 
 async def _ensure(automation: AutomationCore, note: str, block_id: UUID | None = None) -> str:
@@ -109,14 +104,15 @@ async def _ensure(automation: AutomationCore, note: str, block_id: UUID | None =
         state = "enabled" if kept.enabled else "paused"
         sends = {a.block_document_id for a in kept.actions if isinstance(a, SendNotification)}
         missing = _missing_expectations(kept, automation)
-        if (block_id is None or sends == {block_id}) and not missing:
+        retarget = block_id is not None and sends != {block_id}
+        if not retarget and not missing:
             return f"kept automation {automation.name!r} ({state})"
         # the API refuses an owner in an update: leave it out, so the automation keeps its own
         updated = AutomationCore.model_validate(kept.model_dump(exclude={"owner_resource"}))
         if missing and isinstance(updated.trigger, EventTrigger):
             updated.trigger.expect = set(updated.trigger.expect) | missing
             note = f"{note}; also ends its wait on {', '.join(sorted(missing))}"
-        if block_id is not None and sends != {block_id}:
+        if retarget:
             updated.actions = [
                 a.model_copy(update={"block_document_id": block_id})
                 if isinstance(a, SendNotification)
@@ -148,26 +144,11 @@ async def ensure_unresponsive_run_detection() -> str:
     return "; ".join([await _ensure(a, f"grace {grace} s") for a in crash_automations(grace)])
 
 
-def webhook_url() -> str | None:
-    """COMPLIANCE_NOTIFY_WEBHOOK_URL, checked to be an absolute http(s) URL."""
-    url = deployment_settings().notify_webhook_url
-    return url.get_secret_value() if url is not None else None
-
-
 def shown(url: str) -> str:
     """What may be printed of a webhook URL: scheme, host and port."""
     parts = urlsplit(url)
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{parts.hostname}{port}/…"
-
-
-def named_block() -> tuple[str, str] | None:
-    """COMPLIANCE_NOTIFY_BLOCK as (block type slug, block name)."""
-    raw = deployment_settings().notify_block
-    if raw is None:
-        return None
-    slug, _, name = raw.partition("/")
-    return slug, name
 
 
 async def _load(cls: type[BlockT]) -> BlockT | None:
@@ -234,12 +215,10 @@ async def named_block_id(slug: str, name: str) -> UUID:
                 name, block_type_slug=slug, include_secrets=False
             )
         except ObjectNotFound:
-            document = None
-    if document is None:
-        raise ConfigurationError(
-            f"{BLOCK_ENV}={slug}/{name}: no such block on the Prefect server; create it in the UI "
-            "(Blocks > +) or fix the name (`prefect block ls` lists them)"
-        )
+            raise ConfigurationError(
+                f"{BLOCK_ENV}={slug}/{name}: no such block on the Prefect server; create it in "
+                "the UI (Blocks > +) or fix the name (`prefect block ls` lists them)"
+            ) from None
     capabilities = document.block_schema.capabilities if document.block_schema else []
     if "notify" not in capabilities:
         raise ConfigurationError(
@@ -252,17 +231,18 @@ async def named_block_id(slug: str, name: str) -> UUID:
 async def ensure_failure_notifications() -> str:
     """Bootstrap step: the notification block (ours or the operator's) and the automations
     that send through it."""
-    url, block = webhook_url(), named_block()
-    if url and block:
+    settings = deployment_settings()  # both checked: an absolute http(s) URL, a slug/name
+    url, block = settings.notify_webhook_url, settings.notify_block
+    if url is not None and block is not None:
         raise ConfigurationError(
             f"set {WEBHOOK_ENV} or {BLOCK_ENV}, not both: which one should notifications use?"
         )
-    if url:
-        block_id, label, block_line = await ensure_webhook_block(url)
+    if url is not None:
+        block_id, label, block_line = await ensure_webhook_block(url.get_secret_value())
         return f"{block_line}; {await _ensure_notifications(block_id, label)}"
-    if block:
-        block_id = await named_block_id(*block)
-        return await _ensure_notifications(block_id, "/".join(block))
+    if block is not None:
+        slug, _, name = block.partition("/")
+        return await _ensure_notifications(await named_block_id(slug, name), block)
     async with get_client() as client:
         existing = await client.read_automations_by_name(NOTIFICATION_AUTOMATION_NAME)
     if existing:

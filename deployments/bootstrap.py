@@ -11,6 +11,14 @@ from collections.abc import Awaitable, Callable
 from prefect.client.orchestration import get_client
 from prefect.exceptions import ObjectNotFound
 
+from deployments.automations import ensure_failure_notifications, ensure_unresponsive_run_detection
+from deployments.resources import (
+    ensure_audit_log_starts,
+    ensure_credentials_block_type,
+    ensure_default_variables,
+    ensure_project_dir_variable,
+    ensure_work_pool,
+)
 from deployments.settings import deployment_settings
 
 # The token endpoint allows 5 calls a minute (spec §8); a Prefect rate limit is a token bucket
@@ -50,18 +58,6 @@ async def ensure_token_rate_limit(name: str | None = None) -> str:
 
 
 # Most automations come from prefect.yaml's triggers; run locks are created on first use.
-from deployments.automations import (  # noqa: E402 - kept next to the steps that use them
-    ensure_failure_notifications,
-    ensure_unresponsive_run_detection,
-)
-from deployments.resources import (  # noqa: E402 - kept next to the steps that use them
-    ensure_audit_log_starts,
-    ensure_credentials_block_type,
-    ensure_default_variables,
-    ensure_project_dir_variable,
-    ensure_work_pool,
-)
-
 STEPS: list[Callable[[], Awaitable[str]]] = [
     ensure_token_rate_limit,
     ensure_work_pool,

@@ -87,9 +87,7 @@ def quoted_name(name: str | None) -> str:
     return f'"{name}"'
 
 
-def prepare_database(value: str) -> URL:
+def prepare_database(value: str) -> None:
     """Check the URL and the server's version (14.9+), create the database if missing (the
-    server migrates the schema itself); returns the parsed URL."""
-    url = parse_database_url(value)
-    asyncio.run(_prepare(url))
-    return url
+    server migrates the schema itself)."""
+    asyncio.run(_prepare(parse_database_url(value)))

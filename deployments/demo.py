@@ -15,8 +15,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ class Step:
     summary: Any
     expect: str
     ok: bool
-    notes: list[str] = field(default_factory=list)
+    notes: list[str]
 
 
 def _prepare_environment(workdir: Path) -> None:
@@ -59,14 +59,6 @@ def _prepare_environment(workdir: Path) -> None:
     for name in list(os.environ):
         if name.startswith("COMPLIANCE_") or name == "PREFECT_API_URL":
             del os.environ[name]
-
-
-def _point_at_sandbox(sandbox: SandboxHandle, workdir: Path) -> None:
-    os.environ.update(
-        demo_environment(
-            sandbox.url, sandbox.gov_url, state_dir=workdir / "state", app=DEMO_MANAGE_BASIC
-        )
-    )
 
 
 async def _run(flow: Any, **parameters: Any) -> tuple[Any, Any]:
@@ -116,9 +108,9 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
     steps: list[Step] = []
 
     def record(
-        title: str, state: Any, summary: Any, expect: str, check: Callable[[], bool]
+        title: str, state: Any, summary: Any, expect: str, ok: bool, notes: Sequence[str] = ()
     ) -> None:
-        steps.append(Step(title, state, summary, expect, check()))
+        steps.append(Step(title, state, summary, expect, ok, list(notes)))
 
     state, summary = await _run(
         promote_discovered_vendors,
@@ -129,13 +121,13 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
         state,
         summary,
         "3 managed, the unknown id fails as not found",
-        lambda: summary.counts == {Outcome.SUCCEEDED: 3, Outcome.FAILED: 1},
+        summary.counts == {Outcome.SUCCEEDED: 3, Outcome.FAILED: 1},
+        notes=[
+            f"managed: {v.name} -> vendor {v.vendor_id}, {v.status}, risk "
+            f"{v.inherent_risk_level}/{v.residual_risk_level}"
+            for v in summary.managed_vendors
+        ],
     )
-    steps[-1].notes = [
-        f"managed: {v.name} -> vendor {v.vendor_id}, {v.status}, risk "
-        f"{v.inherent_risk_level}/{v.residual_risk_level}"
-        for v in summary.managed_vendors
-    ]
 
     sandbox.control.set_fault(route=ADD_PEOPLE, status=503, count=2)
     state, summary = await _run(
@@ -148,9 +140,9 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
         state,
         summary,
         "500 added in 6 chunks (2 transient 503s retried), the unknown person fails per group",
-        lambda: summary.counts == {Outcome.SUCCEEDED: 500, Outcome.FAILED: 2} and calls == 8,
+        summary.counts == {Outcome.SUCCEEDED: 500, Outcome.FAILED: 2} and calls == 8,
+        notes=[f"{calls} add-people calls: 6 chunks of <=100 + 2 retries"],
     )
-    steps[-1].notes = [f"{calls} add-people calls: 6 chunks of <=100 + 2 retries"]
 
     categories = list(seed["tags"])
     accounts = [
@@ -172,13 +164,11 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
         state,
         summary,
         "unknown tag stops its run before any write; 2 accounts updated, the unknown one fails",
-        lambda: (
-            rejected != "not rejected"
-            and writes_before == writes_after
-            and summary.counts == {Outcome.SUCCEEDED: 2, Outcome.FAILED: 1}
-        ),
+        rejected != "not rejected"
+        and writes_before == writes_after
+        and summary.counts == {Outcome.SUCCEEDED: 2, Outcome.FAILED: 1},
+        notes=[f"input check, no write made: {rejected}"],
     )
-    steps[-1].notes = [f"input check, no write made: {rejected}"]
 
     dry_state, dry = await _run(
         route_questionnaires,
@@ -197,10 +187,8 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
         state,
         summary,
         "dry run plans 3; 2 routed and approved, the approver assignment fails (entitlement)",
-        lambda: (
-            dry.counts == {Outcome.PLANNED: 3}
-            and summary.counts == {Outcome.SUCCEEDED: 2, Outcome.FAILED: 1}
-        ),
+        dry.counts == {Outcome.PLANNED: 3}
+        and summary.counts == {Outcome.SUCCEEDED: 2, Outcome.FAILED: 1},
     )
 
     sandbox.control.set_fault(route=CREATE_LINK, status=503, count=1)
@@ -213,7 +201,7 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
         state,
         summary,
         "2 attached; the link whose answer was a 503 is for review, not resent",
-        lambda: summary.counts == {Outcome.SUCCEEDED: 2, Outcome.NEEDS_REVIEW: 1},
+        summary.counts == {Outcome.SUCCEEDED: 2, Outcome.NEEDS_REVIEW: 1},
     )
     links_run = str(state.state_details.flow_run_id)
 
@@ -228,13 +216,11 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
         state,
         summary,
         "the rerun attaches it; the full manifest is then all skipped; each link sent once",
-        lambda: (
-            summary.counts == {Outcome.SUCCEEDED: 1}
-            and again.counts == {Outcome.SKIPPED: 3}
-            and sorted(link_writes.values()) == [1, 1, 1]
-        ),
+        summary.counts == {Outcome.SUCCEEDED: 1}
+        and again.counts == {Outcome.SKIPPED: 3}
+        and sorted(link_writes.values()) == [1, 1, 1],
+        notes=[f"second manifest run: {again.headline()}"],
     )
-    steps[-1].notes = [f"second manifest run: {again.headline()}"]
     return steps
 
 
@@ -242,9 +228,8 @@ def _print_report(steps: list[Step], sandbox_url: str, timings: dict[str, float]
     print(f"\ncompliance-flows demo (sandbox {sandbox_url}, temporary Prefect server)\n")
     for number, step in enumerate(steps, start=1):
         summary = step.summary
-        verdict = step.state.type.value
         print(f"{number}. {step.title}")
-        print(f"   {verdict}: {summary.headline()}")
+        print(f"   {step.state.type.value}: {summary.headline()}")
         for failed in summary.failed_items:
             print(f"   - {failed.item}: {failed.outcome.value} - {failed.reason}")
         for note in step.notes:
@@ -281,7 +266,11 @@ def main() -> int:
             run_sandbox_in_thread(seed=42) as sandbox,
             prefect_test_harness(server_startup_timeout=60),
         ):
-            _point_at_sandbox(sandbox, workdir)
+            os.environ.update(
+                demo_environment(
+                    sandbox.url, sandbox.gov_url, state_dir=workdir / "state", app=DEMO_MANAGE_BASIC
+                )
+            )
             ready = time.monotonic()
             steps = asyncio.run(_demo(sandbox, workdir))
             done = time.monotonic()

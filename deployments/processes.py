@@ -58,7 +58,7 @@ class ChildProcess:
             env=dict(env),
             cwd=cwd,
             stdin=subprocess.DEVNULL,
-            stdout=self._log if self._log is not None else None,
+            stdout=self._log,
             stderr=subprocess.STDOUT if self._log is not None else None,
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads touch the fork window

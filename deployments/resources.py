@@ -6,7 +6,6 @@ a project directory missing on this machine), an existing work pool only checked
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,8 @@ RERUN_MAX_ATTEMPTS_VARIABLE = "compliance_rerun_max_attempts"
 EXPORT_DIR_VARIABLE = "compliance_event_log_export_dir"
 CRASH_MAX_ATTEMPTS_VARIABLE = "compliance_crash_max_attempts"
 
-#: a transient outage usually clears within minutes; a rerun sooner would mostly fail again
+#: seconds between a write run with failed items and its automatic rerun: a transient outage
+#: usually clears within minutes; a rerun sooner would mostly fail again
 DEFAULT_RERUN_DELAY_SECONDS = 120
 #: attempts in total, the original run included: two automatic reruns, then an operator
 DEFAULT_RERUN_MAX_ATTEMPTS = 3
@@ -53,41 +53,9 @@ DEFAULT_CRASH_MAX_ATTEMPTS = 3
 WORK_POOL_CONCURRENCY_ENV = "COMPLIANCE_WORK_POOL_CONCURRENCY"
 
 
-@dataclass(frozen=True)
-class VariableDefault:
-    name: str
-    value: str | int
-    purpose: str
-
-
-def state_dir() -> Path:
-    """COMPLIANCE_STATE_DIR, read without needing credentials (bootstrap has none)."""
-    return deployment_settings().state_dir
-
-
-def variable_defaults() -> list[VariableDefault]:
-    return [
-        VariableDefault(
-            RERUN_DELAY_VARIABLE,
-            DEFAULT_RERUN_DELAY_SECONDS,
-            "seconds between a write run with failed items and its automatic rerun",
-        ),
-        VariableDefault(
-            RERUN_MAX_ATTEMPTS_VARIABLE,
-            DEFAULT_RERUN_MAX_ATTEMPTS,
-            "attempts in total (original run included) before failures wait for an operator",
-        ),
-        VariableDefault(
-            CRASH_MAX_ATTEMPTS_VARIABLE,
-            DEFAULT_CRASH_MAX_ATTEMPTS,
-            "crashes of one run before crash recovery leaves it to an operator",
-        ),
-        VariableDefault(
-            EXPORT_DIR_VARIABLE,
-            str(state_dir() / "event-log-export"),
-            "where the daily audit-log export writes its JSON Lines files",
-        ),
-    ]
+def _listed(*groups: tuple[str, list[str]]) -> str:
+    """``"<heading><item>, <item>; ..."`` for each group that has items."""
+    return "; ".join(heading + ", ".join(items) for heading, items in groups if items)
 
 
 def work_pool_concurrency() -> int:
@@ -144,21 +112,23 @@ async def ensure_project_dir_variable(project_dir: Path = PROJECT_DIR) -> str:
 
 async def ensure_default_variables() -> str:
     """Settings that prefect.yaml reads at deploy time; existing values are left alone."""
+    defaults: dict[str, str | int] = {
+        RERUN_DELAY_VARIABLE: DEFAULT_RERUN_DELAY_SECONDS,
+        RERUN_MAX_ATTEMPTS_VARIABLE: DEFAULT_RERUN_MAX_ATTEMPTS,
+        CRASH_MAX_ATTEMPTS_VARIABLE: DEFAULT_CRASH_MAX_ATTEMPTS,
+        # where the daily audit-log export writes its JSON Lines files
+        EXPORT_DIR_VARIABLE: str(deployment_settings().state_dir / "event-log-export"),
+    }
     created: list[str] = []
     kept: list[str] = []
-    for default in variable_defaults():
-        current: Any = await Variable.aget(default.name, default=None)
+    for name, value in defaults.items():
+        current: Any = await Variable.aget(name, default=None)
         if current is None:
-            await Variable.aset(default.name, default.value)
-            created.append(f"{default.name}={default.value}")
+            await Variable.aset(name, value)
+            created.append(f"{name}={value}")
         else:
-            kept.append(f"{default.name}={current}")
-    parts = []
-    if created:
-        parts.append("created variables " + ", ".join(created))
-    if kept:
-        parts.append("kept variables " + ", ".join(kept))
-    return "; ".join(parts)
+            kept.append(f"{name}={current}")
+    return _listed(("created variables ", created), ("kept variables ", kept))
 
 
 async def ensure_audit_log_starts(now: datetime | None = None) -> str:
@@ -174,14 +144,10 @@ async def ensure_audit_log_starts(now: datetime | None = None) -> str:
             continue
         await store.save(EventLogCheckpoint(start_date=start))
         created.append(name)
-    parts = []
-    if created:
-        parts.append(
-            f"created audit-log checkpoints from {start.isoformat()}: {', '.join(created)}"
-        )
-    if kept:
-        parts.append("kept audit-log checkpoints " + ", ".join(kept))
-    return "; ".join(parts)
+    return _listed(
+        (f"created audit-log checkpoints from {start.isoformat()}: ", created),
+        ("kept audit-log checkpoints ", kept),
+    )
 
 
 async def ensure_credentials_block_type() -> str:

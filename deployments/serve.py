@@ -12,29 +12,20 @@ import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 
 import httpx
 
 from deployments.auth import SERVER_AUTH_ENV, AuthError, is_loopback, redact
 from deployments.database import DatabaseError, redact_text
+from deployments.prefect_server import HOST
 from deployments.resources import WORK_POOL_NAME
 from deployments.stack import (
     DEFAULT_PREFECT_PORT,
     DEFAULT_SANDBOX_PORT,
     DEFAULT_STATE_DIR,
-    HOST,
     LocalStack,
     StackOptions,
 )
-
-
-class Stop(Exception):
-    """SIGTERM, turned into an exception so the same cleanup runs as for Ctrl-C."""
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise Stop(signal.Signals(signum).name)
 
 
 def parse_args(argv: list[str] | None = None) -> StackOptions:
@@ -54,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
     parser.add_argument("--sandbox-port", type=int, default=DEFAULT_SANDBOX_PORT)
     parser.add_argument(
         "--no-sandbox",
-        action="store_true",
+        action="store_false",
+        dest="use_sandbox",
         help="use the service configured by COMPLIANCE_* variables instead of the sandbox",
     )
     parser.add_argument(
@@ -94,28 +86,21 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         help="CA bundle the workers and the CLI trust (PREFECT_API_SSL_CERT_FILE; default: "
         "--tls-cert itself, right for a self-signed certificate)",
     )
-    parser.add_argument("--poll-seconds", type=float, default=5.0, help="worker poll interval")
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=5.0,
+        dest="worker_poll_seconds",
+        metavar="POLL_SECONDS",
+        help="worker poll interval",
+    )
     parser.add_argument(
         "--quiet-worker", action="store_true", help="worker output to the log file only"
     )
-    args = parser.parse_args(argv)
+    args = vars(parser.parse_args(argv))  # named as StackOptions' fields, but for one
+    quiet = args.pop("quiet_worker")
     try:
-        return StackOptions(
-            state_dir=args.state_dir,
-            prefect_port=args.prefect_port,
-            sandbox_port=args.sandbox_port,
-            use_sandbox=not args.no_sandbox,
-            worker_poll_seconds=args.poll_seconds,
-            worker_output_to_terminal=not args.quiet_worker and args.workers == 1,
-            database_url=args.database_url,
-            workers=args.workers,
-            redis_url=args.redis_url,
-            api_replicas=args.api_replicas,
-            host=args.host,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            tls_ca=args.tls_ca,
-        )
+        return StackOptions(**args, worker_output_to_terminal=not quiet and args["workers"] == 1)
     except (ValueError, DatabaseError) as error:
         parser.error(str(error))
 
@@ -130,18 +115,14 @@ def deployment_count(stack: LocalStack, work_pool: str = WORK_POOL_NAME) -> int 
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-def auth_hint(stack: LocalStack) -> tuple[str, str]:
-    """Where the auth string is, and the shell words that read it (never the string)."""
-    if stack.auth_from_environment:
-        return f"your {SERVER_AUTH_ENV}", f'"${SERVER_AUTH_ENV}"'
-    return f"cat {stack.auth_file}", f'"$(cat {stack.auth_file})"'
-
-
 def banner(stack: LocalStack, seconds: float) -> str:
     """What ``make serve`` prints once up: addresses and where the secrets are, never one."""
     count = deployment_count(stack)
-    deployments = "?" if count is None else str(count)
-    where, read_it = auth_hint(stack)
+    # where the auth string is, and the shell words that read it
+    if stack.auth_from_environment:
+        where, read_it = f"your {SERVER_AUTH_ENV}", f'"${SERVER_AUTH_ENV}"'
+    else:
+        where, read_it = f"cat {stack.auth_file}", f'"$(cat {stack.auth_file})"'
     lines = [
         "",
         f"compliance-flows is up ({seconds:.0f}s: "
@@ -160,14 +141,14 @@ def banner(stack: LocalStack, seconds: float) -> str:
         lines.append(f"  Redis:         {redact_text(stack.options.redis_url)}")
     if len(stack.replicas) > 1:
         others = ", ".join(server.api_url for server in stack.replicas[1:])
-        count = len(stack.replicas)
-        lines.append(f"  API replicas:  {count} (also {others}), one services process")
+        replicas = len(stack.replicas)
+        lines.append(f"  API replicas:  {replicas} (also {others}), one services process")
     if stack.options.use_sandbox:
         lines.append(f"  Sandbox:       {stack.sandbox_url}  (gov tier {stack.sandbox_gov_url})")
     else:
         lines.append("  Service:       from your COMPLIANCE_* settings")
     lines += [
-        f"  Deployments:   {deployments} on work pool {WORK_POOL_NAME!r}, "
+        f"  Deployments:   {'?' if count is None else count} on work pool {WORK_POOL_NAME!r}, "
         f"workers: {', '.join(stack.worker_names())}",
         f"  State, logs:   {stack.state_dir}  (logs/ has each process's output)",
         "",
@@ -177,9 +158,7 @@ def banner(stack: LocalStack, seconds: float) -> str:
     ]
     if stack.tls_ca is not None:
         lines.append(f"    export PREFECT_API_SSL_CERT_FILE={stack.tls_ca}")
-    lines += [
-        "    prefect deployment ls",
-    ]
+    lines.append("    prefect deployment ls")
     if stack.options.use_sandbox:
         token = ""
         if stack.sandbox_control_token is not None:
@@ -202,7 +181,8 @@ def banner(stack: LocalStack, seconds: float) -> str:
 
 
 def serve(options: StackOptions) -> int:
-    signal.signal(signal.SIGTERM, _raise_stop)
+    # SIGTERM raises KeyboardInterrupt, so the same cleanup runs as for Ctrl-C
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     stack = LocalStack(options)
     started = time.monotonic()
     print(f"Starting the local stack in {stack.state_dir} ...", flush=True)
@@ -213,12 +193,11 @@ def serve(options: StackOptions) -> int:
             print(f"  bootstrap: {redact(line, hidden)}", flush=True)
         print(redact(banner(stack, time.monotonic() - started), hidden), flush=True)
         while True:
-            failed = stack.failed_children()
-            if failed:
+            if failed := stack.failed_children():
                 print(f"Stopping: {failed[0].describe_exit()}", file=sys.stderr, flush=True)
                 return 1
             time.sleep(1.0)
-    except (KeyboardInterrupt, Stop):
+    except KeyboardInterrupt:
         print("\nStopping the workers, the Prefect processes and the sandbox ...", flush=True)
         return 0
     except (RuntimeError, TimeoutError, DatabaseError, AuthError) as error:

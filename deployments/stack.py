@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Literal, Self
 from urllib.parse import urlsplit
 
@@ -41,7 +40,7 @@ from deployments.auth import (
 )
 from deployments.automations import BLOCK_ENV, GRACE_ENV, WEBHOOK_ENV
 from deployments.database import parse_database_url, prepare_database, redact_text, redacted
-from deployments.prefect_server import PrefectServer, PrefectServerOptions
+from deployments.prefect_server import HOST, PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, http_ok, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.tls_proxy import TLSProxy, TLSProxyOptions, require_nginx
@@ -50,7 +49,6 @@ from sandbox.launch import HEALTH_PATH, demo_environment, sandbox_command
 DEFAULT_STATE_DIR = PROJECT_DIR / ".compliance-flows"
 DEFAULT_PREFECT_PORT = 4200
 DEFAULT_SANDBOX_PORT = 8700
-HOST = "127.0.0.1"
 
 KEY_FILE_NAME = "token-encryption.key"
 #: the sandbox's control-API token, used only when the sandbox listens beyond loopback
@@ -60,21 +58,11 @@ WORKER_NAME = "local-worker"
 
 #: a busy server (429/502/503) must make runs wait, not crash: Prefect's default is 5 retries
 CLIENT_RETRY_ENV = {"PREFECT_CLIENT_MAX_RETRIES": "10"}
+REDIS_SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
 
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def port_is_free(port: int, host: str = HOST) -> bool:
-    """Free to listen on (servers set SO_REUSEADDR too, so TIME_WAIT does not count)."""
-    with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def free_port(host: str = HOST) -> int:
@@ -84,9 +72,16 @@ def free_port(host: str = HOST) -> int:
 
 
 def preferred_port(port: int | None, host: str = HOST) -> int:
-    """``port`` if it is free, otherwise any free port (``None``: any free port)."""
-    if port is not None and port_is_free(port, host):
-        return port
+    """``port`` if free to listen on (servers set SO_REUSEADDR too, so TIME_WAIT does not
+    count), otherwise (or ``None``) any free port."""
+    if port is not None:
+        with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+                return port
+            except OSError:
+                pass
     return free_port(host)
 
 
@@ -100,11 +95,6 @@ def _busy(error: BaseException) -> bool:
 def encryption_key(state_dir: Path) -> str:
     """The Fernet key that encrypts stored tokens: created once, in a file only we can read."""
     return secret_file(state_dir / KEY_FILE_NAME, lambda: Fernet.generate_key().decode())
-
-
-def auth_string_file(state_dir: Path) -> str:
-    """The stack's Prefect auth string (``admin:<random>``): created once, in a 0600 file."""
-    return secret_file(state_dir / AUTH_FILE_NAME, generate_auth_string)
 
 
 @dataclass
@@ -144,9 +134,23 @@ class StackOptions:
     tls_ca: Path | None = None
 
     def __post_init__(self) -> None:
-        self._check_tls()
-        _check_count("workers", self.workers, 16)
-        _check_count("api_replicas", self.api_replicas, 8)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key: give both (the certificate and its key)")
+        if self.tls_cert is None and self.tls_ca is not None:
+            raise ValueError("tls_ca: only with tls_cert and tls_key")
+        for name in ("tls_cert", "tls_key", "tls_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}={str(path)!r}: no such file")
+        if self.tls_cert is not None and self.api_replicas > 1:
+            raise ValueError(
+                "tls_cert with api_replicas > 1: put TLS on the load balancer in front of the "
+                "replicas instead (docs/scaling.md)"
+            )
+        for name, most in (("workers", 16), ("api_replicas", 8)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise ValueError(f"{name}={value!r}: must be a whole number from 1 to {most}")
         if not self.host.strip():
             raise ValueError("host: must name an address, e.g. 127.0.0.1")
         if self.auth_string is not None:
@@ -162,31 +166,6 @@ class StackOptions:
                 f"api_replicas={self.api_replicas}: several API servers need PostgreSQL "
                 "(database_url) and Redis (redis_url) to share their state"
             )
-
-    def _check_tls(self) -> None:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key: give both (the certificate and its key)")
-        if self.tls_cert is None:
-            if self.tls_ca is not None:
-                raise ValueError("tls_ca: only with tls_cert and tls_key")
-            return
-        for name in ("tls_cert", "tls_key", "tls_ca"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"{name}={str(path)!r}: no such file")
-        if self.api_replicas > 1:
-            raise ValueError(
-                "tls_cert with api_replicas > 1: put TLS on the load balancer in front of the "
-                "replicas instead (docs/scaling.md)"
-            )
-
-
-REDIS_SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
-
-
-def _check_count(name: str, value: object, most: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-        raise ValueError(f"{name}={value!r}: must be a whole number from 1 to {most}")
 
 
 class LocalStack:
@@ -222,7 +201,7 @@ class LocalStack:
     @property
     def auth_string(self) -> str:
         """Prefect's basic-auth string for this stack (a secret: never print it)."""
-        return self.options.auth_string or auth_string_file(self.state_dir)
+        return self.options.auth_string or secret_file(self.auth_file, generate_auth_string)
 
     @property
     def http_auth(self) -> httpx.BasicAuth:
@@ -242,11 +221,9 @@ class LocalStack:
 
     def secret_values(self) -> list[str]:
         """Every secret value of this stack, for redaction and secret scans."""
-        values = [self.auth_string, encryption_key(self.state_dir)]
-        values += [self.sandbox_control_token or ""]
-        for url in (self.options.database_url, self.options.redis_url):
-            password = urlsplit(url).password if url else None
-            values.append(password or "")
+        urls = [url for url in (self.options.database_url, self.options.redis_url) if url]
+        values = [self.auth_string, encryption_key(self.state_dir), self.sandbox_control_token]
+        values += [urlsplit(url).password for url in urls]
         return [value for value in values if value]
 
     @property
@@ -321,18 +298,15 @@ class LocalStack:
 
     def prefect_env(self) -> dict[str, str]:
         """Every child talks to this stack's Prefect server, never to a profile's."""
-        env = self.base_env()
-        env.update(
-            {
-                "PREFECT_HOME": str(self.state_dir / "prefect"),
-                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                "PREFECT_CLI_PROMPT": "false",
-                "PREFECT_LOGGING_LEVEL": os.environ.get("PREFECT_LOGGING_LEVEL", "INFO"),
-                "COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance"),
-            }
-        )
-        env.update(self.client_env())
-        return env
+        return {
+            **self.base_env(),
+            "PREFECT_HOME": str(self.state_dir / "prefect"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_CLI_PROMPT": "false",
+            "PREFECT_LOGGING_LEVEL": os.environ.get("PREFECT_LOGGING_LEVEL", "INFO"),
+            "COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance"),
+            **self.client_env(),
+        }
 
     def worker_env(self, name: str = WORKER_NAME) -> dict[str, str]:
         """One worker's (and its flow runs') environment: the sandbox demo app's COMPLIANCE_*
@@ -396,12 +370,7 @@ class LocalStack:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _timed(self, name: str, step: Callable[[], object]) -> None:
@@ -434,8 +403,7 @@ class LocalStack:
         if not self.options.use_sandbox:
             return lambda: None
         self.sandbox_port = preferred_port(self.options.sandbox_port, self.host)
-        gov = self.sandbox_port + 1
-        self.sandbox_gov_port = gov if port_is_free(gov, self.host) else free_port(self.host)
+        self.sandbox_gov_port = preferred_port(self.sandbox_port + 1, self.host)
         env = self.base_env()  # no Prefect setting and no auth string: it is not a client
         token = self.sandbox_control_token
         if token is not None:  # beyond loopback; in the environment, never on a command line

@@ -14,7 +14,6 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit
 
@@ -31,25 +30,15 @@ WEBSOCKET_PATHS = (
 )
 
 
-class NginxMissing(RuntimeError):
-    """No ``nginx`` executable: the message says what to install."""
-
-
 def nginx_executable() -> str | None:
     """``nginx`` on PATH or in /usr/sbin (where Debian puts it, off a non-root user's PATH)."""
-    found = shutil.which("nginx")
-    if found:
-        return found
-    for candidate in ("/usr/sbin/nginx", "/usr/local/sbin/nginx"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
 
 
 def require_nginx() -> str:
     found = nginx_executable()
     if found is None:
-        raise NginxMissing(f"nginx is not installed: {INSTALL_HINT} (as root)")
+        raise RuntimeError(f"nginx is not installed: {INSTALL_HINT} (as root)")
     return found
 
 
@@ -66,10 +55,6 @@ class TLSProxyOptions:
     #: config, pid file, logs and temp paths
     state_dir: Path
     startup_timeout: float = 30.0
-    #: read/send timeout of websocket connections
-    websocket_timeout_seconds: int = 3600
-    #: read timeout of other requests
-    read_timeout_seconds: int = 300
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream)
@@ -115,15 +100,15 @@ def render_nginx_config(options: TLSProxyOptions, *, as_root: bool | None = None
         location ~ {path} {{{proxied}
             proxy_set_header Upgrade $http_upgrade;
             proxy_set_header Connection "upgrade";
-            proxy_read_timeout {options.websocket_timeout_seconds}s;
-            proxy_send_timeout {options.websocket_timeout_seconds}s;
+            proxy_read_timeout 3600s;
+            proxy_send_timeout 3600s;
         }}"""
         for path in WEBSOCKET_PATHS
     )
-    temp = {
-        name: _quoted(state / "temp" / name)
+    temp_paths = "\n".join(
+        f"    {name}_temp_path {_quoted(state / 'temp' / name)};"
         for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    }
+    )
     return f"""# rendered by deployments/tls_proxy.py (nginx -c <this file> -g 'daemon off;')
 {f"user nobody {_nobody_group()};" if root else "# not root: the workers run as this user"}
 worker_processes 1;
@@ -136,11 +121,7 @@ events {{
 
 http {{
     access_log {_quoted(state / "access.log")};
-    client_body_temp_path {temp["client_body"]};
-    proxy_temp_path {temp["proxy"]};
-    fastcgi_temp_path {temp["fastcgi"]};
-    uwsgi_temp_path {temp["uwsgi"]};
-    scgi_temp_path {temp["scgi"]};
+{temp_paths}
     client_max_body_size 64m;
     server_tokens off;
 
@@ -160,7 +141,7 @@ http {{
         location / {{{proxied}
             proxy_set_header Upgrade $http_upgrade;
             proxy_set_header Connection $connection_upgrade;
-            proxy_read_timeout {options.read_timeout_seconds}s;
+            proxy_read_timeout 300s;
         }}
     }}
 }}
@@ -173,39 +154,21 @@ class TLSProxy:
     def __init__(self, options: TLSProxyOptions) -> None:
         self.options = options
         self.state_dir = options.state_dir.resolve()
+        self.pid_path = self.state_dir / "nginx.pid"
         self.child: ChildProcess | None = None
-
-    @property
-    def config_path(self) -> Path:
-        return self.state_dir / "nginx.conf"
-
-    @property
-    def log_path(self) -> Path:
-        return self.state_dir / "nginx.log"
-
-    @property
-    def pid_path(self) -> Path:
-        return self.state_dir / "nginx.pid"
-
-    @property
-    def url(self) -> str:
-        return f"https://{url_host(self.options.listen_host)}:{self.options.listen_port}"
 
     @property
     def api_url(self) -> str:
         """``PREFECT_API_URL`` for clients of the server behind this proxy."""
-        return f"{self.url}/api"
-
-    def write_config(self) -> Path:
-        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (self.state_dir / "temp").mkdir(exist_ok=True)
-        self.config_path.write_text(render_nginx_config(self.options))
-        return self.config_path
+        return f"https://{url_host(self.options.listen_host)}:{self.options.listen_port}/api"
 
     def launch(self) -> ChildProcess:
         """Write the config and start nginx without waiting (``wait_ready`` waits)."""
         nginx = require_nginx()
-        config = self.write_config()
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.state_dir / "temp").mkdir(exist_ok=True)
+        config = self.state_dir / "nginx.conf"
+        config.write_text(render_nginx_config(self.options))
         self.pid_path.unlink(missing_ok=True)
         self.child = ChildProcess(
             "nginx (TLS proxy)",
@@ -213,7 +176,7 @@ class TLSProxy:
             + ["-g", "daemon off;"],
             env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
             cwd=self.state_dir,
-            log_path=self.log_path,
+            log_path=self.state_dir / "nginx.log",
         )
         return self.child
 
@@ -222,24 +185,19 @@ class TLSProxy:
         and the socket accepts."""
         wait_until(
             f"the TLS proxy on {self.options.listen_host}:{self.options.listen_port}",
-            lambda: self._pid_written() and self._accepts(),
+            self._ready,
             timeout=self.options.startup_timeout,
             watch=[self.child] if self.child is not None else [],
             interval=0.1,
         )
 
-    def _pid_written(self) -> bool:
+    def _ready(self) -> bool:
+        pid = str(self.child.pid) if self.child is not None else None
         try:
-            written = self.pid_path.read_text().strip()
-        except OSError:
-            return False
-        return self.child is not None and written == str(self.child.pid)
-
-    def _accepts(self) -> bool:
-        try:
-            with socket.create_connection(
-                (self.options.listen_host, self.options.listen_port), timeout=1.0
-            ):
+            if self.pid_path.read_text().strip() != pid:
+                return False
+            address = (self.options.listen_host, self.options.listen_port)
+            with socket.create_connection(address, timeout=1.0):
                 return True
         except OSError:
             return False
@@ -261,10 +219,5 @@ class TLSProxy:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
