@@ -19,14 +19,13 @@ from compliance_api.tokens import broker_from_settings
 
 def _settings(args: argparse.Namespace) -> Settings:
     """COMPLIANCE_* settings; ``--source-id`` overrides COMPLIANCE_SOURCE_ID (public apps only)."""
-    source_id = getattr(args, "source_id", None)
-    if not source_id:
+    if not args.source_id:
         return load_settings()
     try:
-        return load_settings(source_id=source_id)
+        return load_settings(source_id=args.source_id)
     except ConfigurationError as exc:
         raise ConfigurationError(
-            f"{exc}\n  (--source-id {source_id!r} was given: it sets COMPLIANCE_SOURCE_ID)"
+            f"{exc}\n  (--source-id {args.source_id!r} was given: it sets COMPLIANCE_SOURCE_ID)"
         ) from None
 
 

@@ -66,7 +66,6 @@ _TAG_CATEGORIES = ResultsEnvelope[TagCategory]
 _VULNERABILITIES = ResourcesEnvelope[PackageVulnerability]
 _TRAININGS = ResourcesEnvelope[UserSecurityTrainingStatus]
 
-_JSON_HEADERS = {"Content-Type": "application/json"}
 #: what a questionnaire update needs to set or clear ``approverAssignment`` (spec §4.3)
 APPROVER_ENTITLEMENT = "QuestionnaireAutomationAdvanced"
 
@@ -92,7 +91,6 @@ class ComplianceClient:
         max_retries: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
         retry_policy: RetryPolicy | None = None,
-        limits: httpx.Limits = DEFAULT_LIMITS,
         on_retry: Callable[[RetryNotice], None] | None = None,
         write_guard: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -104,7 +102,7 @@ class ComplianceClient:
         self._on_retry = on_retry
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout),
-            limits=limits,
+            limits=DEFAULT_LIMITS,
             transport=transport,
             headers={"Accept": "application/json", "User-Agent": USER_AGENT},
             follow_redirects=False,
@@ -162,9 +160,13 @@ class ComplianceClient:
         """One page of the list ``item`` belongs to (``_LISTS``); ``page_info.end_cursor`` asks
         for the next. The item models and their filters: docs/client.md, Lists."""
         if item not in _LISTS:
-            raise InputError("item", item.__name__, f"must be one of {', '.join(_LIST_ITEMS)}")
+            names = ", ".join(model.__name__ for model in _LISTS)
+            raise InputError("item", item.__name__, f"must be one of {names}")
         listing, envelope = _LISTS[item]
-        params = _page_params(page_size, page_cursor) + listing.query(filters, start_date)
+        params = [("pageSize", str(check_page_size(page_size)))]
+        if page_cursor is not None:
+            params.append(("pageCursor", _required("page_cursor", page_cursor)))
+        params += listing.query(filters, start_date)
         response = await self._call(listing.operation, "GET", listing.path, params=params)
         return _parse(envelope, response, listing.operation).results
 
@@ -203,9 +205,17 @@ class ComplianceClient:
         try:
             response = await self._call("update_questionnaire", "PATCH", path, content=body)
         except PermissionDeniedError as exc:
-            if "approver_assignment" not in request.model_fields_set:
+            approver_set = "approver_assignment" in request.model_fields_set
+            if not approver_set or APPROVER_ENTITLEMENT in exc.message:
                 raise
-            raise _approver_entitlement_error(exc) from None
+            raise PermissionDeniedError(
+                f"{exc.message}. Setting or clearing approverAssignment (also to null) requires "
+                f"the {APPROVER_ENTITLEMENT} entitlement, which this application may not have: "
+                "leave approver_assignment out of the update, or have the entitlement enabled",
+                operation=exc.operation,
+                status_code=exc.status_code,
+                code=exc.code,
+            ) from None
         return _parse(Questionnaire, response, "update_questionnaire")
 
     async def approve_questionnaire(
@@ -318,38 +328,30 @@ class ComplianceClient:
         content: bytes | None = None,
         mode: RetryMode = RetryMode.IDEMPOTENT,
     ) -> httpx.Response:
-        """Send with auth, retrying transient failures as far as ``mode`` allows."""
+        """Send with auth, retrying transient failures as far as ``mode`` allows. On a 401 the
+        refused token (exactly that one) is replaced and the request resent once."""
         url = self._base_url + path
         async for attempt in retrying(self._policy, mode, operation, self._note_retry):
             with attempt:
-                return await self._attempt(operation, method, url, params, content)
+                token = await self._tokens.get_token()
+                response = await self._send(operation, method, url, params, content, token)
+                if response.status_code == 401:
+                    self.stats.token_replacements += 1
+                    token = await self._tokens.replace_token(token)
+                    response = await self._send(operation, method, url, params, content, token)
+                if response.is_success:
+                    return response
+                error = error_from_response(
+                    response, operation, secrets=(token.value.get_secret_value(),)
+                )
+                del response  # its request holds the bearer header; keep it off the traceback
+                raise error
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
     def _note_retry(self, notice: RetryNotice) -> None:
         self.stats.retries += 1
         if self._on_retry is not None:
             self._on_retry(notice)
-
-    async def _attempt(
-        self,
-        operation: str,
-        method: str,
-        url: str,
-        params: list[tuple[str, str]] | None,
-        content: bytes | None,
-    ) -> httpx.Response:
-        """One try: on a 401, replace exactly the refused token and resend once."""
-        token = await self._tokens.get_token()
-        response = await self._send(operation, method, url, params, content, token)
-        if response.status_code == 401:
-            self.stats.token_replacements += 1
-            token = await self._tokens.replace_token(token)
-            response = await self._send(operation, method, url, params, content, token)
-        if response.is_success:
-            return response
-        error = error_from_response(response, operation, secrets=(token.value.get_secret_value(),))
-        del response  # its request holds the bearer header; keep it off the traceback
-        raise error
 
     async def _send(
         self,
@@ -363,6 +365,9 @@ class ComplianceClient:
         if method != "GET" and self._write_guard is not None:
             await self._write_guard()
         self.stats.requests += 1
+        headers = {"Authorization": "Bearer " + token.value.get_secret_value()}
+        if content is not None:
+            headers["Content-Type"] = "application/json"
         failure: TransportError
         try:
             return await self._http.request(
@@ -370,7 +375,7 @@ class ComplianceClient:
                 url,
                 params=tuple(params) if params else None,
                 content=content,
-                headers=_headers(token, content is not None),
+                headers=headers,
                 extensions=sent_hook(),
             )
         except httpx.TransportError as exc:
@@ -379,27 +384,13 @@ class ComplianceClient:
         raise failure
 
 
-def _headers(token: AccessToken, has_body: bool) -> dict[str, str]:
-    headers = {"Authorization": "Bearer " + token.value.get_secret_value()}
-    if has_body:
-        headers.update(_JSON_HEADERS)
-    return headers
-
-
-def check_page_size(page_size: int, parameter: str = "page_size") -> int:
+def check_page_size(page_size: int) -> int:
     """The API takes 1 to 100 items per page (spec §4, pagination)."""
     if isinstance(page_size, bool) or not isinstance(page_size, int):
-        raise InputError(parameter, page_size, f"must be an integer from 1 to {MAX_PAGE_SIZE}")
+        raise InputError("page_size", page_size, f"must be an integer from 1 to {MAX_PAGE_SIZE}")
     if not 1 <= page_size <= MAX_PAGE_SIZE:
-        raise InputError(parameter, page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
+        raise InputError("page_size", page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
     return page_size
-
-
-def _page_params(page_size: int, page_cursor: str | None) -> list[tuple[str, str]]:
-    params = [("pageSize", str(check_page_size(page_size)))]
-    if page_cursor is not None:
-        params.append(("pageCursor", _required("page_cursor", page_cursor)))
-    return params
 
 
 def _required(name: str, value: str) -> str:
@@ -411,26 +402,6 @@ def _required(name: str, value: str) -> str:
 def _segment(name: str, value: str) -> str:
     """An identifier as one path segment: ``a/b`` must not address another route."""
     return quote(_required(name, value), safe="")
-
-
-def _iso(moment: datetime, name: str) -> str:
-    if not isinstance(moment, datetime):
-        raise InputError(name, moment, "must be a datetime")
-    return iso_timestamp(moment)
-
-
-def _approver_entitlement_error(error: PermissionDeniedError) -> PermissionDeniedError:
-    """A 403 on an update that sets the approver: name the entitlement it needs."""
-    if APPROVER_ENTITLEMENT in error.message:
-        return error
-    return PermissionDeniedError(
-        f"{error.message}. Setting or clearing approverAssignment (also to null) requires the "
-        f"{APPROVER_ENTITLEMENT} entitlement, which this application may not have: leave "
-        "approver_assignment out of the update, or have the entitlement enabled",
-        operation=error.operation,
-        status_code=error.status_code,
-        code=error.code,
-    )
 
 
 def _product_context(value: ProductContext | str) -> str:
@@ -459,7 +430,11 @@ class _Listing:
         if self.filter_model is None:
             if filters is not None:
                 raise InputError("filters", filters, "the event log takes start_date instead")
-            return [] if start_date is None else [("startDate", _iso(start_date, "start_date"))]
+            if start_date is None:
+                return []
+            if not isinstance(start_date, datetime):
+                raise InputError("start_date", start_date, "must be a datetime")
+            return [("startDate", iso_timestamp(start_date))]
         if start_date is not None:
             raise InputError("start_date", start_date, f"{self.operation} takes filters instead")
         return [] if filters is None else coerce_request(self.filter_model, filters).to_params()
@@ -481,7 +456,6 @@ _LISTS: dict[type[BaseModel], tuple[_Listing, type[ListEnvelope[Any]]]] = {
     EventLogEntry: (_EVENT_LOGS, ListEnvelope[EventLogEntry]),
     LoggedEvent: (_EVENT_LOGS, ListEnvelope[LoggedEvent]),
 }
-_LIST_ITEMS = [model.__name__ for model in _LISTS]
 
 #: how many mismatched add-people results an error lists before summarising the rest
 _MISMATCHES_SHOWN = 5

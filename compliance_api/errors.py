@@ -36,8 +36,6 @@ class CodeExchangeDeadlineError(ComplianceError):
     instead of a wait past it, since the only remedy is a new authorization by the customer."""
 
     def __init__(self, waiting_for: str, remaining_seconds: float) -> None:
-        self.waiting_for = waiting_for
-        self.remaining_seconds = remaining_seconds
         left = max(0.0, remaining_seconds)
         super().__init__(
             f"the authorization code was not exchanged: {waiting_for}, and {left:.1f} s are "

@@ -48,44 +48,38 @@ def read_server_message(response: httpx.Response) -> tuple[str, str | None]:
             value = body.get(key)
             if isinstance(value, str) and value.strip():
                 return value.strip(), code
-    text = _plain_text(response)
-    if text:
+    # a short non-JSON, non-HTML body is still the best explanation there is
+    try:
+        text = response.text.strip()
+    except (UnicodeDecodeError, LookupError):
+        text = ""
+    if text and not text.startswith(("{", "[", "<")):
         return text, code
     return response.reason_phrase or f"HTTP {response.status_code}", code
 
 
-def _plain_text(response: httpx.Response) -> str:
-    """A short non-JSON, non-HTML body is still the best explanation there is."""
-    try:
-        text = response.text.strip()
-    except (UnicodeDecodeError, LookupError):
-        return ""
-    if not text or text.startswith(("{", "[", "<")):
-        return ""
-    return text
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+def parse_retry_after(value: str | None) -> float | None:
     """Seconds to wait from ``Retry-After`` (delta-seconds or an HTTP date); None if unusable."""
-    if value is None or not value.strip():
+    value = (value or "").strip()
+    if not value:
         return None
     try:
-        return max(0.0, float(value.strip()))
+        return max(0.0, float(value))
     except ValueError:
         pass
     try:
-        moment = parsedate_to_datetime(value.strip())
+        moment = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return max(0.0, (moment - (now or datetime.now(UTC))).total_seconds())
+    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
     """A misbehaving server could echo a token back: never let it reach an exception."""
     for secret in secrets:
-        if secret and secret in text:
+        if secret:
             text = text.replace(secret, REDACTED)
     return text
 

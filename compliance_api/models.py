@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
@@ -187,12 +188,7 @@ Open = Annotated[T | str, Field(union_mode="left_to_right")]
 class APIModel(BaseModel):
     """A response object: camelCase on the wire, unknown fields kept rather than rejected."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="allow",
-        use_enum_values=False,
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
 
 def _input_error(model: str, exc: ValidationError) -> InputError:
@@ -225,19 +221,16 @@ class RequestPart(BaseModel):
     )
 
 
-class RequestModel(BaseModel):
+class RequestModel(RequestPart):
     """A request body: strict; construction and :meth:`model_validate` raise :class:`InputError`
     instead of ``ValidationError``, so every layer handles bad input the same way."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        validate_assignment=True,
-    )
+    model_config = ConfigDict(validate_assignment=True)
 
     #: fields the API rejects as ``null`` even though ``None`` marks them "not set" here
     _not_nullable: ClassVar[frozenset[str]] = frozenset()
+    #: True where the API takes no ``null`` at all: a ``None`` field is left out of the body
+    _drop_nulls: ClassVar[bool] = False
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -261,17 +254,26 @@ class RequestModel(BaseModel):
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON body: camelCase, only the fields that were set (explicit nulls kept)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return self.model_dump(
+            mode="json", by_alias=True, exclude_unset=True, exclude_none=self._drop_nulls
+        )
 
     def to_wire_json(self) -> bytes:
         """Same as :meth:`to_wire`, serialized in one pass (the fast path for sending)."""
-        return self.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        return self.model_dump_json(
+            by_alias=True, exclude_unset=True, exclude_none=self._drop_nulls
+        ).encode()
 
 
-def _non_blank(value: str, what: str) -> str:
-    if not value.strip():
-        raise ValueError(f"{what} must not be blank")
-    return value
+def _not_blank(what: str) -> AfterValidator:
+    """The validator of a string field that must not be blank (``what`` names it)."""
+
+    def check(value: str) -> str:
+        if not value.strip():
+            raise ValueError(f"{what} must not be blank")
+        return value
+
+    return AfterValidator(check)
 
 
 def _no_repeats(values: Sequence[Any], what: str) -> None:
@@ -324,35 +326,27 @@ class PageInfo(APIModel):
     end_cursor: str | None = None
 
 
-class Page(BaseModel, Generic[T]):
+class Page(APIModel, Generic[T]):
     """One page of a paginated list (the ``results`` object of the envelope)."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
     data: list[T]
     page_info: PageInfo
 
 
-class ListEnvelope(BaseModel, Generic[T]):
+class ListEnvelope(APIModel, Generic[T]):
     """``{results: {data, pageInfo}}`` as the paginated endpoints return it."""
-
-    model_config = ConfigDict(extra="allow")
 
     results: Page[T]
 
 
-class ResultsEnvelope(BaseModel, Generic[T]):
+class ResultsEnvelope(APIModel, Generic[T]):
     """``{results: [...]}`` (add-people, tag categories)."""
-
-    model_config = ConfigDict(extra="allow")
 
     results: list[T]
 
 
-class ResourcesEnvelope(BaseModel, Generic[T]):
+class ResourcesEnvelope(APIModel, Generic[T]):
     """``{resources: [...]}`` (connector resources; no pagination)."""
-
-    model_config = ConfigDict(extra="allow")
 
     resources: list[T]
 
@@ -686,36 +680,21 @@ class Assignee(RequestPart):
     """Owner or approver to assign: ``{type: User|Team, id}`` (no display name on the wire)."""
 
     type: ActorType
-    id: str
-
-    @field_validator("id")
-    @classmethod
-    def _id_not_blank(cls, value: str) -> str:
-        return _non_blank(value, "id")
+    id: Annotated[str, _not_blank("id")]
 
 
 class TagAssignment(RequestPart):
     """``{categoryId, tagId}`` in a request; both are required."""
 
-    category_id: str
-    tag_id: str
-
-    @field_validator("category_id", "tag_id")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        return _non_blank(value, "tag and category ids")
+    category_id: Annotated[str, _not_blank("tag and category ids")]
+    tag_id: Annotated[str, _not_blank("tag and category ids")]
 
 
 class AccountTagAssignment(RequestPart):
     """``{categoryId, tagIds}`` in an account update; replaces that category's tags."""
 
-    category_id: str
+    category_id: Annotated[str, _not_blank("categoryId")]
     tag_ids: list[str]
-
-    @field_validator("category_id")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        return _non_blank(value, "categoryId")
 
     @field_validator("tag_ids")
     @classmethod
@@ -735,16 +714,19 @@ class MetadataValue(RequestPart):
 
 
 def _as_plain(value: Any) -> Any:
-    """Let callers pass response models (e.g. an ``Actor`` or ``TagRef``) into request bodies."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(include=set(type(value).model_fields))
-    return value
+    """Let callers pass response models (e.g. a ``TagRef``) as the items of request lists."""
+    if not isinstance(value, list | tuple):
+        return value
+    return [
+        item.model_dump(include=set(type(item).model_fields))
+        if isinstance(item, BaseModel)
+        else item
+        for item in value
+    ]
 
 
-def _as_plain_list(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return [_as_plain(item) for item in value]
-    return value
+#: a request list whose items may also be given as response models
+ModelList = Annotated[list[T], BeforeValidator(_as_plain)]
 
 
 class QuestionnaireUpdate(RequestModel):
@@ -760,8 +742,8 @@ class QuestionnaireUpdate(RequestModel):
     status: QuestionnaireStatus | None = None
     owner_assignment: Assignee | None = None
     approver_assignment: Assignee | None = None
-    metadata: list[MetadataValue] | None = None
-    tag_and_category_ids: list[TagAssignment] | None = None
+    metadata: ModelList[MetadataValue] | None = None
+    tag_and_category_ids: ModelList[TagAssignment] | None = None
 
     @field_validator("owner_assignment", "approver_assignment", mode="before")
     @classmethod
@@ -769,11 +751,6 @@ class QuestionnaireUpdate(RequestModel):
         if isinstance(value, BaseModel):
             return {"type": getattr(value, "type", None), "id": getattr(value, "id", None)}
         return value
-
-    @field_validator("metadata", "tag_and_category_ids", mode="before")
-    @classmethod
-    def _accept_models(cls, value: Any) -> Any:
-        return _as_plain_list(value)
 
     @field_validator("tag_and_category_ids")
     @classmethod
@@ -799,13 +776,8 @@ class AccountUpdate(RequestModel):
 
     name: str | None = None
     email_domain: str | None = None
-    custom_fields: list[CustomFieldValue] | None = None
-    tags_by_category: list[AccountTagAssignment] | None = None
-
-    @field_validator("custom_fields", "tags_by_category", mode="before")
-    @classmethod
-    def _accept_models(cls, value: Any) -> Any:
-        return _as_plain_list(value)
+    custom_fields: ModelList[CustomFieldValue] | None = None
+    tags_by_category: ModelList[AccountTagAssignment] | None = None
 
     @field_validator("tags_by_category")
     @classmethod
@@ -820,14 +792,9 @@ class DocumentLinkCreate(RequestModel):
     """POST body of a document link: ``url`` (http/https) and ``title`` are required."""
 
     url: str
-    title: str
+    title: Annotated[str, _not_blank("title")]
     description: str | None = None
     effective_date: RequestDatetime | None = None
-
-    @field_validator("title")
-    @classmethod
-    def _title_not_blank(cls, value: str) -> str:
-        return _non_blank(value, "title")
 
     @field_validator("url")
     @classmethod
@@ -841,23 +808,13 @@ class DocumentLinkCreate(RequestModel):
 class ApproveQuestionnaire(RequestModel):
     """POST body of approve; the reason is optional (an empty body ``{}`` is sent without it)."""
 
+    _drop_nulls: ClassVar[bool] = True
+
     status_change_message: str | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        """The API takes no ``null`` here, so an unset or ``None`` message is left out."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-    def to_wire_json(self) -> bytes:
-        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
 
 
 class PersonRef(RequestPart):
-    id: str
-
-    @field_validator("id")
-    @classmethod
-    def _id_not_blank(cls, value: str) -> str:
-        return _non_blank(value, "person id")
+    id: Annotated[str, _not_blank("person id")]
 
 
 class AddPeopleRequest(RequestModel):
@@ -895,26 +852,13 @@ def add_people_body(person_ids: Any) -> bytes:
     return json.dumps({"updates": [{"id": pid} for pid in ids]}, separators=(",", ":")).encode()
 
 
-def encode_matches_tags(tags: list[TagAssignment]) -> str:
-    """``matchesTags`` is a JSON-encoded array of ``{categoryId, tagId}``."""
-    return json.dumps(
-        [{"categoryId": tag.category_id, "tagId": tag.tag_id} for tag in tags],
-        separators=(",", ":"),
-    )
-
-
 class _ListFilter(RequestModel):
     q: str | None = None
     last_updated_after: RequestDatetime | None = None
     last_updated_before: RequestDatetime | None = None
-    matches_tags: list[TagAssignment] | None = None
+    matches_tags: ModelList[TagAssignment] | None = None
     expires_before: RequestDatetime | None = None
     expires_after: RequestDatetime | None = None
-
-    @field_validator("matches_tags", mode="before")
-    @classmethod
-    def _accept_models(cls, value: Any) -> Any:
-        return _as_plain_list(value)
 
     @model_validator(mode="after")
     def _ranges_make_sense(self) -> Self:
@@ -941,7 +885,9 @@ class _ListFilter(RequestModel):
             if moment is not None:
                 params.append((name, iso_timestamp(moment)))
         if self.matches_tags:
-            params.append(("matchesTags", encode_matches_tags(self.matches_tags)))
+            # a JSON-encoded array of {categoryId, tagId}
+            tags = [tag.model_dump(by_alias=True) for tag in self.matches_tags]
+            params.append(("matchesTags", json.dumps(tags, separators=(",", ":"))))
         return params
 
 

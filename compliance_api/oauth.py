@@ -7,6 +7,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -61,7 +62,6 @@ class TokenGrant:
 
     access_token: SecretStr = field(repr=False)
     expires_in: int
-    token_type: str = "Bearer"  # noqa: S105 - a token type, not a secret
     refresh_token: SecretStr | None = field(default=None, repr=False)
 
 
@@ -130,12 +130,13 @@ class CodeExchangeDeadline:
         received_at: datetime | None = None,
         *,
         clock: Callable[[], datetime] = _utc_now,
-        safety_seconds: float = CODE_EXCHANGE_SAFETY_SECONDS,
     ) -> CodeExchangeDeadline:
         """The deadline of a code whose redirect arrived at ``received_at`` (default: now)."""
         now = clock()
         arrived = now if received_at is None else _check_received_at(received_at, now)
-        lifetime = timedelta(seconds=AUTHORIZATION_CODE_LIFETIME_SECONDS - safety_seconds)
+        lifetime = timedelta(
+            seconds=AUTHORIZATION_CODE_LIFETIME_SECONDS - CODE_EXCHANGE_SAFETY_SECONDS
+        )
         return cls(received_at=arrived, expires_at=arrived + lifetime, clock=clock)
 
     def remaining(self) -> float:
@@ -234,25 +235,24 @@ class OAuthClient:
                 {**body, **self._credentials()},
                 request_timeout=request_timeout,
             )
-        except AuthenticationError as exc:
-            if grant_lost and not isinstance(exc, InvalidClientError):
-                raise ReauthorizationRequiredError(
-                    f"{exc.message}; the customer must authorize the application again",
-                    operation=operation,
-                    status_code=exc.status_code,
-                    code=exc.code,
-                ) from None
-            raise
-        except InvalidRequestError as exc:
-            if grant_lost and exc.code == "invalid_grant":
-                raise ReauthorizationRequiredError(
-                    f"{exc.message}; an authorization code must be exchanged within 30 seconds "
-                    "and a refresh token within 3 hours of its first use. Authorize again.",
-                    operation=operation,
-                    status_code=exc.status_code,
-                    code=exc.code,
-                ) from None
-            raise
+        except (AuthenticationError, InvalidRequestError) as exc:
+            if not grant_lost or isinstance(exc, InvalidClientError):
+                raise
+            if isinstance(exc, AuthenticationError):
+                remedy = "the customer must authorize the application again"
+            elif exc.code == "invalid_grant":
+                remedy = (
+                    "an authorization code must be exchanged within 30 seconds and a refresh "
+                    "token within 3 hours of its first use. Authorize again."
+                )
+            else:
+                raise
+            raise ReauthorizationRequiredError(
+                f"{exc.message}; {remedy}",
+                operation=operation,
+                status_code=exc.status_code,
+                code=exc.code,
+            ) from None
         return _parse_grant(operation, payload)
 
     async def _post(
@@ -265,16 +265,15 @@ class OAuthClient:
     ) -> dict[str, Any]:
         """POST JSON; errors are mapped as the data client's, the body's secrets redacted."""
         url = f"{self._settings.api_base_url}{path}"
+        timeout = httpx.USE_CLIENT_DEFAULT if request_timeout is None else request_timeout
         failure: APIError
         try:
-            if self._http is not None:
-                chosen = httpx.USE_CLIENT_DEFAULT if request_timeout is None else request_timeout
-                response = await self._http.post(url, json=body, timeout=chosen)
-            else:
-                default = self._settings.http_timeout_seconds
-                seconds = default if request_timeout is None else request_timeout
-                async with httpx.AsyncClient(timeout=seconds) as http:
-                    response = await http.post(url, json=body)
+            async with (
+                nullcontext(self._http)
+                if self._http is not None
+                else httpx.AsyncClient(timeout=self._settings.http_timeout_seconds)
+            ) as http:
+                response = await http.post(url, json=body, timeout=timeout)
         except httpx.TransportError as exc:
             failure = error_from_transport(exc, operation)
         else:
@@ -300,10 +299,11 @@ def _parse_grant(operation: str, payload: dict[str, Any]) -> TokenGrant:
     if not isinstance(access, str) or not access:
         raise APIStatusError("the response has no access_token", operation=operation)
     refresh = payload.get("refresh_token")
-    expires_in = payload.get("expires_in", DEFAULT_EXPIRES_IN)
+    expires_in = payload.get("expires_in")
+    if not isinstance(expires_in, int | float | str):
+        expires_in = DEFAULT_EXPIRES_IN
     return TokenGrant(
         access_token=SecretStr(access),
-        expires_in=int(expires_in) if isinstance(expires_in, int | float | str) else 3599,
-        token_type=str(payload.get("token_type") or "Bearer"),
+        expires_in=int(expires_in),
         refresh_token=SecretStr(refresh) if isinstance(refresh, str) and refresh else None,
     )

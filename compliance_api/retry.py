@@ -82,21 +82,6 @@ def is_retryable(error: BaseException, mode: RetryMode, operation: str) -> bool:
     return isinstance(error, ServerError)
 
 
-class _Wait:
-    """Exponential backoff with jitter, or the server's ``Retry-After`` when it sent one."""
-
-    def __init__(self, policy: RetryPolicy) -> None:
-        self._policy = policy
-        self._backoff = wait_random_exponential(multiplier=policy.initial_wait, max=policy.max_wait)
-
-    def __call__(self, state: RetryCallState) -> float:
-        outcome = state.outcome
-        error = outcome.exception() if outcome is not None else None
-        if isinstance(error, RateLimitedError) and error.retry_after is not None:
-            return max(0.0, min(error.retry_after, self._policy.max_retry_after))
-        return float(self._backoff(state))
-
-
 def retrying(
     policy: RetryPolicy,
     mode: RetryMode,
@@ -104,6 +89,14 @@ def retrying(
     on_retry: Callable[[RetryNotice], None] | None = None,
 ) -> AsyncRetrying:
     """The tenacity controller for one call; the original error is re-raised when it gives up."""
+    backoff = wait_random_exponential(multiplier=policy.initial_wait, max=policy.max_wait)
+
+    def wait(state: RetryCallState) -> float:
+        """The server's ``Retry-After`` when it sent one, else exponential backoff with jitter."""
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, RateLimitedError) and error.retry_after is not None:
+            return max(0.0, min(error.retry_after, policy.max_retry_after))
+        return float(backoff(state))
 
     def before_sleep(state: RetryCallState) -> None:
         if on_retry is None or state.outcome is None:
@@ -115,7 +108,7 @@ def retrying(
 
     return AsyncRetrying(
         stop=stop_after_attempt(policy.max_attempts),
-        wait=_Wait(policy),
+        wait=wait,
         retry=retry_if_exception(lambda error: is_retryable(error, mode, operation)),
         before_sleep=before_sleep,
         reraise=True,

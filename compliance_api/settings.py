@@ -20,6 +20,9 @@ ENV_PREFIX = "COMPLIANCE_"
 DEFAULT_BASE_URL = "http://127.0.0.1:8700"
 DEFAULT_SCOPE_NAMESPACE = "service-api"
 DEFAULT_STATE_DIR = Path.home() / ".compliance-flows"
+_KEYGEN = (
+    "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+)
 
 
 class ApplicationType(StrEnum):
@@ -100,13 +103,7 @@ class LocalState(BaseSettings):
 class Settings(LocalState):
     """Connection, credentials and behaviour of the client."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_file=".env",
-        env_file_encoding="utf-8",
-        extra="ignore",
-        frozen=True,
-    )
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8")
 
     base_url: str = DEFAULT_BASE_URL
     gov_base_url: str | None = None
@@ -149,8 +146,7 @@ class Settings(LocalState):
             except (ValueError, TypeError):
                 raise ValueError(
                     f"key #{index + 1} is not a Fernet key (32 url-safe base64 bytes); "
-                    "generate one with: python -c 'from cryptography.fernet import Fernet; "
-                    "print(Fernet.generate_key().decode())'"
+                    f"generate one with: {_KEYGEN}"
                 ) from None
         return value
 
@@ -232,16 +228,9 @@ class Settings(LocalState):
         if not self.token_encryption_key:
             raise ConfigurationError(
                 f"{ENV_PREFIX}TOKEN_ENCRYPTION_KEY is not set: tokens are only stored encrypted. "
-                "Generate a key with: python -c 'from cryptography.fernet import Fernet; "
-                "print(Fernet.generate_key().decode())'"
+                f"Generate a key with: {_KEYGEN}"
             )
         return MultiFernet([Fernet(key.get_secret_value()) for key in self.token_encryption_key])
-
-
-def _env_name(location: tuple[int | str, ...]) -> str:
-    if not location:
-        return "settings"
-    return f"{ENV_PREFIX}{str(location[0]).upper()}"
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -266,11 +255,15 @@ def load_settings_from(
             message = str(error["msg"]).removeprefix("Value error, ")
             if error["type"] == "missing":
                 message = "is required but not set"
-            name = _env_name(tuple(error["loc"]))
+            location = error["loc"]
+            name = f"{ENV_PREFIX}{str(location[0]).upper()}" if location else "settings"
             problems.append(message if message.startswith(ENV_PREFIX) else f"{name}: {message}")
         heading = f"Invalid settings ({origin}):" if origin else "Invalid settings:"
         report = heading + "\n  " + "\n  ".join(problems)
-        raise ConfigurationError(_relabel(report, labels or {})) from None
+        for field_name, label in (labels or {}).items():  # a label replaces the variable's name
+            variable = re.escape(f"{ENV_PREFIX}{field_name.upper()}")
+            report = re.sub(rf"\b{variable}\b", label.replace("\\", "\\\\"), report)
+        raise ConfigurationError(report) from None
 
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
@@ -281,11 +274,6 @@ def blank_is_unset(value: Any) -> Any:
     if isinstance(value, str):
         return value.strip() or None
     return value
-
-
-def _is_secret(cls: type[BaseSettings], field_name: str) -> bool:
-    field = cls.model_fields.get(field_name)
-    return field is not None and "SecretStr" in repr(field.annotation)
 
 
 def environment_settings(cls: type[SettingsT]) -> SettingsT:
@@ -305,15 +293,8 @@ def environment_settings(cls: type[SettingsT]) -> SettingsT:
             if field is not None and field.description and error["type"] != "value_error":
                 message = f"{message}; expected {field.description}"
             name = f"{prefix}{field_name.upper()}" if field_name else cls.__name__
-            if field_name and not _is_secret(cls, field_name) and "input" in error:
+            secret = field is not None and "SecretStr" in repr(field.annotation)
+            if field_name and not secret and "input" in error:
                 name = f"{name}={error['input']!r}"
             problems.append(f"{name}: {message}")
         raise ConfigurationError("\n".join(problems)) from None
-
-
-def _relabel(text: str, labels: Mapping[str, str]) -> str:
-    """Replace each labelled field's environment variable name (a whole word) by its label."""
-    for field_name, label in labels.items():
-        variable = re.escape(f"{ENV_PREFIX}{field_name.upper()}")
-        text = re.sub(rf"\b{variable}\b", label.replace("\\", "\\\\"), text)
-    return text

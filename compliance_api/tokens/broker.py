@@ -28,13 +28,7 @@ from tenacity import (
 
 from compliance_api.auth import AccessToken
 from compliance_api.errors import RateLimitedError, ServerError, TransportError
-from compliance_api.oauth import (
-    CODE_EXCHANGE_SAFETY_SECONDS,
-    CodeExchangeDeadline,
-    OAuthClient,
-    TokenGrant,
-    verify_state,
-)
+from compliance_api.oauth import CodeExchangeDeadline, OAuthClient, TokenGrant, verify_state
 from compliance_api.settings import ApplicationType, Settings
 from compliance_api.tokens.errors import (
     NotConnectedError,
@@ -53,6 +47,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Clock = Callable[[], datetime]
 DEFAULT_RETRY_AFTER_SECONDS = 60.0
+#: tries to store a new record before giving up on it
+PERSIST_ATTEMPTS = 3
 
 
 def utc_now() -> datetime:
@@ -63,15 +59,12 @@ def utc_now() -> datetime:
 class BrokerPolicy:
     """Timing knobs; defaults follow the spec (§5.6, §8)."""
 
-    renewal_margin: timedelta | None = None  # None: COMPLIANCE_TOKEN_RENEWAL_MARGIN_SECONDS
     lock_timeout_seconds: float = 180.0
     #: the renewer asks for the lock in slices this long, reading the store before each
     lock_poll_seconds: float = 0.25
     token_call_attempts: int = 6
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 30.0
-    persist_attempts: int = 3
-    code_exchange_safety_seconds: float = CODE_EXCHANGE_SAFETY_SECONDS
 
 
 @dataclass(frozen=True)
@@ -104,9 +97,7 @@ class TokenBroker:
         self.limiter = limiter
         self.oauth = oauth or OAuthClient(settings)
         self.policy = policy or BrokerPolicy()
-        self.renewal_margin = self.policy.renewal_margin or timedelta(
-            seconds=settings.token_renewal_margin_seconds
-        )
+        self.renewal_margin = timedelta(seconds=settings.token_renewal_margin_seconds)
         self._codec = TokenCodec(settings.fernet())
         self._public = settings.application_type is ApplicationType.INTEGRATION_PUBLIC
         self._secret_fingerprint = secret_fingerprint(settings.client_secret)
@@ -136,9 +127,7 @@ class TokenBroker:
         from ``received_at`` (default: now); a wait past that raises ``CodeExchangeDeadlineError``
         without sending it."""
         verify_state(expected_state, state)  # before taking a rate-limit slot or the lock
-        deadline = CodeExchangeDeadline.after_redirect(
-            received_at, clock=self._clock, safety_seconds=self.policy.code_exchange_safety_seconds
-        )
+        deadline = CodeExchangeDeadline.after_redirect(received_at, clock=self._clock)
         deadline.check()
         async with self._exclusive(deadline):
             grant = await self._call_token_endpoint(
@@ -303,7 +292,7 @@ class TokenBroker:
         ciphertext = self._codec.encrypt(record)
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(TokenStoreError),
-            stop=stop_after_attempt(self.policy.persist_attempts),
+            stop=stop_after_attempt(PERSIST_ATTEMPTS),
             wait=wait_exponential_jitter(initial=0.1, max=1.0),
             reraise=True,
         )
@@ -333,16 +322,29 @@ class TokenBroker:
         )
 
         def wait(state: RetryCallState) -> float:
+            """A 429's Retry-After (the whole rate window if it gave none), else the backoff."""
             error = state.outcome.exception() if state.outcome else None
             if isinstance(error, RateLimitedError):
-                return _retry_after(error)
+                retry_after = error.retry_after
+                return DEFAULT_RETRY_AFTER_SECONDS if retry_after is None else retry_after
             return backoff(state)
+
+        def refuse_sleep_past_deadline(state: RetryCallState) -> None:
+            if deadline is None:
+                return
+            sleep = float(state.upcoming_sleep)
+            error = state.outcome.exception() if state.outcome else None
+            if isinstance(error, RateLimitedError):  # then ``sleep`` is its Retry-After
+                why = f"the token endpoint answered 429 with Retry-After {sleep:.0f} s"
+            else:
+                why = f"a retry after {type(error).__name__} would wait {sleep:.1f} s"
+            deadline.refuse_wait(sleep, why)
 
         retrying = AsyncRetrying(
             retry=retry_if_exception_type((RateLimitedError, ServerError, TransportError)),
             wait=wait,
             stop=stop_after_attempt(self.policy.token_call_attempts),
-            before_sleep=_refuse_sleep_past(deadline) if deadline is not None else None,
+            before_sleep=refuse_sleep_past_deadline,
             reraise=True,
         )
         async for attempt in retrying:
@@ -375,23 +377,3 @@ class TokenBroker:
                     raise
                 raise deadline.missed(str(exc)) from None
             yield
-
-
-def _retry_after(error: RateLimitedError) -> float:
-    """The 429's Retry-After, or the whole rate window when the service gave none."""
-    return error.retry_after if error.retry_after is not None else DEFAULT_RETRY_AFTER_SECONDS
-
-
-def _refuse_sleep_past(deadline: CodeExchangeDeadline) -> Callable[[RetryCallState], None]:
-    """A tenacity ``before_sleep`` that raises instead of sleeping past ``deadline``."""
-
-    def before_sleep(state: RetryCallState) -> None:
-        sleep = float(state.upcoming_sleep)
-        error = state.outcome.exception() if state.outcome else None
-        if isinstance(error, RateLimitedError):
-            why = f"the token endpoint answered 429 with Retry-After {_retry_after(error):.0f} s"
-        else:
-            why = f"a retry after {type(error).__name__} would wait {sleep:.1f} s"
-        deadline.refuse_wait(sleep, why)
-
-    return before_sleep

@@ -17,11 +17,6 @@ def local_lock(settings: Settings) -> LocalFileLock:
     return LocalFileLock(settings.state_dir / "locks")
 
 
-def local_limiter(settings: Settings) -> FileRateLimiter:
-    """One budget per machine: the service counts all token calls of the tenant together."""
-    return FileRateLimiter(settings.state_dir / "limits" / "token-endpoint.json")
-
-
 def broker_from_settings(
     settings: Settings,
     *,
@@ -36,7 +31,8 @@ def broker_from_settings(
         settings=settings,
         store=store or local_store(settings),
         lock=lock or local_lock(settings),
-        limiter=limiter or local_limiter(settings),
+        # one budget per machine: the service counts all token calls of the tenant together
+        limiter=limiter or FileRateLimiter(settings.state_dir / "limits" / "token-endpoint.json"),
         policy=policy,
         clock=clock,
     )

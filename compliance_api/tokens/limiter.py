@@ -18,6 +18,9 @@ TOKEN_ENDPOINT_CALLS_PER_WINDOW = 5
 WINDOW_SECONDS = 60.0
 # The server counts arrivals, we count departures: a second of slack absorbs latency and skew.
 SAFETY_SECONDS = 1.0
+_WINDOW = WINDOW_SECONDS + SAFETY_SECONDS
+#: the longest wait for the file guarding the window (its holder only reads and writes it)
+LOCK_TIMEOUT_SECONDS = 30.0
 
 
 @runtime_checkable
@@ -34,35 +37,18 @@ def refuse_beyond(max_wait: float | None, waited: float, wait: float) -> None:
         raise TokenRateLimitWaitError(wait, max_wait - waited)
 
 
-def _wait_needed(stamps: list[float], now: float, limit: int, window: float) -> float:
-    recent = [stamp for stamp in stamps if stamp > now - window]
-    if len(recent) < limit:
-        return 0.0
-    return min(recent) + window - now
-
-
 class FileRateLimiter:
     """A sliding window in a ``flock``-guarded file, shared by every process of the machine."""
 
-    def __init__(
-        self,
-        path: Path,
-        limit: int = TOKEN_ENDPOINT_CALLS_PER_WINDOW,
-        window: float = WINDOW_SECONDS + SAFETY_SECONDS,
-        *,
-        lock_timeout: float = 30.0,
-    ) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.limit = limit
-        self.window = window
-        self.lock_timeout = lock_timeout
 
     async def acquire(self, *, max_wait: float | None = None) -> None:
         started = time.monotonic()
         while True:
             waited = time.monotonic() - started
-            lock_wait = self.lock_timeout if max_wait is None else max(0.0, max_wait - waited)
-            wait = await self._try_take(min(self.lock_timeout, lock_wait))
+            lock_wait = LOCK_TIMEOUT_SECONDS if max_wait is None else max(0.0, max_wait - waited)
+            wait = await self._try_take(min(LOCK_TIMEOUT_SECONDS, lock_wait))
             if wait <= 0:
                 return
             refuse_beyond(max_wait, time.monotonic() - started, wait)
@@ -77,12 +63,12 @@ class FileRateLimiter:
             return 0.1  # busy (or a crashed holder released it already): poll again
         async with held:
             now = time.time()
-            stamps = [stamp for stamp in self._read() if stamp > now - self.window]
-            wait = _wait_needed(stamps, now, self.limit, self.window)
-            if wait <= 0:
-                stamps.append(now)
-                self.path.write_text(json.dumps(stamps))
-            return wait
+            stamps = [stamp for stamp in self._read() if stamp > now - _WINDOW]
+            if len(stamps) >= TOKEN_ENDPOINT_CALLS_PER_WINDOW:
+                return min(stamps) + _WINDOW - now
+            stamps.append(now)
+            self.path.write_text(json.dumps(stamps))
+            return 0.0
 
     def _read(self) -> list[float]:
         try:

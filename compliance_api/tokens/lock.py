@@ -39,12 +39,9 @@ class LocalFileLock:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def path_for(self, key: CustomerKey) -> Path:
-        return self.directory / f"{key.slug}.lock"
-
     @asynccontextmanager
     async def hold(self, key: CustomerKey, *, wait_seconds: float) -> AsyncIterator[None]:
-        path = self.path_for(key)
+        path = self.directory / f"{key.slug}.lock"
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock = AsyncFileLock(path, timeout=max(0.0, wait_seconds), mode=0o600, on_acquired=_sign)
         try:

@@ -34,10 +34,6 @@ class TokenRecord:
         return AccessToken(value=self.access_token, expires_at=self.expires_at)
 
 
-def _secret(value: SecretStr | None) -> str | None:
-    return value.get_secret_value() if value is not None else None
-
-
 class TokenCodec:
     """Serialises records to JSON and encrypts them; the first key encrypts, all keys decrypt."""
 
@@ -51,7 +47,9 @@ class TokenCodec:
             "client_id": record.key.client_id,
             "source_id": record.key.source_id,
             "access_token": record.access_token.get_secret_value(),
-            "refresh_token": _secret(record.refresh_token),
+            "refresh_token": (
+                record.refresh_token.get_secret_value() if record.refresh_token else None
+            ),
             "expires_at": record.expires_at.isoformat(),
             "minted_at": record.minted_at.isoformat(),
             "secret_fingerprint": record.secret_fingerprint,
