@@ -7,8 +7,8 @@ Design: docs/read-flows.md#checkpoint-and-exactly-once-design.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
@@ -103,16 +103,14 @@ class EventLogCheckpoint(BaseModel):
             }
         )
 
-    def position(self) -> tuple[datetime | None, int, int]:
-        """How far the reader got; a checkpoint never replaces one that got further."""
-        return (self.last_event_date or self.start_date, self.entries_total, self.pages_total)
-
     def behind(self, other: EventLogCheckpoint) -> bool:
-        """True if ``other`` got further than this checkpoint."""
-        (mine, *my_counts), (theirs, *their_counts) = self.position(), other.position()
-        if mine is None or theirs is None:
-            return mine is None and theirs is not None
-        return (mine, my_counts) < (theirs, their_counts)
+        """True if ``other`` got further (by date, then counts) than this checkpoint; a
+        checkpoint never replaces one that got further."""
+        mine = (self.resume_date(), self.entries_total, self.pages_total)
+        theirs = (other.resume_date(), other.entries_total, other.pages_total)
+        if mine[0] is None or theirs[0] is None:
+            return mine[0] is None and theirs[0] is not None
+        return mine < theirs
 
     def resume_date(self) -> datetime | None:
         """``startDate`` for the next request: the last entry's date (inclusive) or the start."""
@@ -127,9 +125,7 @@ class VariableCheckpointStore:
 
     async def load(self) -> EventLogCheckpoint | None:
         value = await Variable.aget(self.name)
-        if value is None:
-            return None
-        return EventLogCheckpoint.model_validate(value)
+        return None if value is None else EventLogCheckpoint.model_validate(value)
 
     async def save(self, checkpoint: EventLogCheckpoint, *, forward_only: bool = True) -> bool:
         """Store ``checkpoint`` unless the stored one got further (then False: catches a late lost
@@ -144,11 +140,8 @@ class VariableCheckpointStore:
         await Variable.aunset(self.name)
 
 
-@asynccontextmanager
-async def exclusive_run(name: str, wait_seconds: float) -> AsyncIterator[None]:
+def exclusive_run(name: str, wait_seconds: float) -> AbstractAsyncContextManager[None]:
     """Hold the run lock ``name``; ``LockTimeoutError`` (a ``TimeoutError``) after
     ``wait_seconds``."""
-    async with hold_lock(
-        RUN_LOCK_PREFIX + name, wait_seconds=wait_seconds, what=f"the run lock {name!r}"
-    ):
-        yield
+    what = f"the run lock {name!r}"
+    return hold_lock(RUN_LOCK_PREFIX + name, wait_seconds=wait_seconds, what=what)

@@ -17,6 +17,7 @@ _NAME_UNSAFE = re.compile(r"[^a-z0-9_.]")
 _KIND_UNSAFE = re.compile(r"[^a-z0-9]")
 #: targets beyond this many are left out of ``related`` (Prefect allows 100 related resources)
 MAX_RELATED_TARGETS = 50
+_ROLE = "prefect.resource.role"
 
 
 def event_name(action: str) -> str:
@@ -33,8 +34,8 @@ def audit_event_id(entry_id: str) -> Any:
     return deterministic_event_id("audit-entry", entry_id)
 
 
-def target_resource(entry: EventLogEntry, target: EventTarget, role: str | None) -> dict[str, str]:
-    resource = {
+def target_resource(entry: EventLogEntry, target: EventTarget) -> dict[str, str]:
+    return {
         "prefect.resource.id": f"compliance.{resource_kind(target.type)}.{target.id}",
         "prefect.resource.name": f"{target.type} {target.id}",
         "compliance.target.id": target.id,
@@ -42,21 +43,15 @@ def target_resource(entry: EventLogEntry, target: EventTarget, role: str | None)
         "compliance.audit.id": entry.id,
         "compliance.audit.action": entry.action,
     }
-    if role:
-        resource["prefect.resource.role"] = role
-    return resource
 
 
-def entry_resource(entry: EventLogEntry, role: str | None) -> dict[str, str]:
-    resource = {
+def entry_resource(entry: EventLogEntry) -> dict[str, str]:
+    return {
         "prefect.resource.id": f"compliance.audit-entry.{entry.id}",
         "prefect.resource.name": f"audit entry {entry.id}",
         "compliance.audit.id": entry.id,
         "compliance.audit.action": entry.action,
     }
-    if role:
-        resource["prefect.resource.role"] = role
-    return resource
 
 
 def actor_resource(entry: EventLogEntry) -> dict[str, str]:
@@ -70,29 +65,25 @@ def actor_resource(entry: EventLogEntry) -> dict[str, str]:
     }
 
 
-def audit_entry_payload(entry: EventLogEntry) -> dict[str, Any]:
-    """The entry exactly as the API sent it (camelCase), so nothing is lost in the bridge."""
-    return entry.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
 def audit_event(entry: EventLogEntry) -> Event:
-    """The one Prefect event for one audit entry."""
-    targets = list(entry.targets)
-    if targets:
-        resource = target_resource(entry, targets[0], role=None)
-        related = [actor_resource(entry), entry_resource(entry, role="audit-entry")]
+    """The one Prefect event for one audit entry; its payload is the entry exactly as the API
+    sent it (camelCase), so nothing is lost in the bridge."""
+    targets = entry.targets
+    if not targets:
+        resource = entry_resource(entry)
+        related = [actor_resource(entry)]
+    else:
+        resource = target_resource(entry, targets[0])
+        related = [actor_resource(entry), entry_resource(entry) | {_ROLE: "audit-entry"}]
         related += [
-            target_resource(entry, target, role="target")
+            target_resource(entry, target) | {_ROLE: "target"}
             for target in targets[1 : 1 + MAX_RELATED_TARGETS]
         ]
-    else:
-        resource = entry_resource(entry, role=None)
-        related = [actor_resource(entry)]
     return Event(
         id=audit_event_id(entry.id),
         event=event_name(entry.action),
         occurred=entry.date,
         resource=resource,
         related=related,
-        payload={"audit_entry": audit_entry_payload(entry)},
+        payload={"audit_entry": entry.model_dump(mode="json", by_alias=True, exclude_none=True)},
     )

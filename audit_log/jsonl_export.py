@@ -7,6 +7,7 @@ again. Layout and design: docs/read-flows.md#export-event-log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections import defaultdict
@@ -23,10 +24,6 @@ from compliance_api.models import LoggedEvent
 CHECKPOINT_FILE = "checkpoint.json"
 LOCK_FILE = ".export.lock"
 DAY_FILE = re.compile(r"^event-log-(\d{4}-\d{2}-\d{2})\.jsonl$")
-
-
-def day_file_name(day: date) -> str:
-    return f"event-log-{day.isoformat()}.jsonl"
 
 
 class ExportCheckpoint(BaseModel):
@@ -73,7 +70,6 @@ class DayFileExport:
                 else:
                     with path.open("r+b") as handle:
                         handle.truncate(committed)
-                        handle.flush()
                         os.fsync(handle.fileno())
             elif size < committed:
                 raise InputError(
@@ -98,7 +94,7 @@ class DayFileExport:
             by_day[entry.date.astimezone(UTC).date()].append(to_json(entry.record))
         written: set[str] = set()
         for day, rows in by_day.items():
-            name = day_file_name(day)
+            name = f"event-log-{day.isoformat()}.jsonl"  # a DAY_FILE
             with (self.directory / name).open("ab") as handle:
                 handle.write(b"\n".join(rows) + b"\n")
                 files[name] = handle.tell()
@@ -128,13 +124,9 @@ class DayFileExport:
 
 def _fsync_directory(directory: Path) -> None:
     """Make a created, removed or renamed entry durable (POSIX; a no-op where unsupported)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

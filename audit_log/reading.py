@@ -68,7 +68,6 @@ class LogPage(Generic[E]):
 
     new_entries: list[E]
     checkpoint: EventLogCheckpoint
-    fetched: int
     skipped: int
     has_next_page: bool
 
@@ -127,7 +126,6 @@ async def _new_pages(
             yield LogPage(
                 new_entries=fresh,
                 checkpoint=checkpoint,
-                fetched=len(entries),
                 skipped=len(entries) - len(fresh),
                 has_next_page=fetched.page.page_info.has_next_page,
             )

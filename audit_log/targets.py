@@ -64,22 +64,18 @@ async def read_new_targets(source: AuditLogSource, *, page_size: int = 100) -> N
         logger.info("No checkpoint in %r: starting at %s", store.name, checkpoint.start_date)
         await save_log_checkpoint(store, checkpoint)
     found = NewTargets(source=source, checkpoint=checkpoint, loaded=checkpoint)
-    seen: set[str] = set()
+    ordered: dict[str, None] = {}  # each target once, in the order first logged
     async with compliance_client() as client:
         async for page in iter_new_pages(client, checkpoint, page_size=page_size):
             found.entries_read += len(page.new_entries)
             found.checkpoint = page.checkpoint
             for entry in page.new_entries:
+                ids = [t.id for t in entry.targets if t.type == source.target_type]
                 if entry.action == source.done_action:
-                    found.done.update(
-                        target.id for target in entry.targets if target.type == source.target_type
-                    )
-                if entry.action != source.action:
-                    continue
-                for target in entry.targets:
-                    if target.type == source.target_type and target.id not in seen:
-                        seen.add(target.id)
-                        found.ids.append(target.id)
+                    found.done.update(ids)
+                if entry.action == source.action:
+                    ordered.update(dict.fromkeys(ids))
+    found.ids = list(ordered)
     logger.info(
         "Audit log since the checkpoint in %r: %d entries, %d with %s",
         store.name,

@@ -27,9 +27,8 @@ BAND_ORDER = [name for name, _ in SEVERITY_BANDS] + [NONE_BAND, UNKNOWN_BAND]
 
 def severity_of(vulnerability: PackageVulnerability) -> float | None:
     """``severity`` (0-10), falling back to the CVSS v3 score when a connector leaves it out."""
-    if vulnerability.severity is not None:
-        return vulnerability.severity
-    return vulnerability.cvss3_score
+    severity = vulnerability.severity
+    return severity if severity is not None else vulnerability.cvss3_score
 
 
 def severity_band(score: float | None) -> str:
@@ -39,10 +38,6 @@ def severity_band(score: float | None) -> str:
         if score >= floor:
             return name
     return NONE_BAND
-
-
-def _package(vulnerability: PackageVulnerability) -> str:
-    return f"{vulnerability.package_name or '?'}@{vulnerability.package_version or '?'}"
 
 
 def _flag(value: bool | None) -> str:
@@ -89,6 +84,7 @@ class VulnerabilityDigest:
 
     @staticmethod
     def _row(vulnerability: PackageVulnerability, band: str, score: float | None) -> dict[str, Any]:
+        package, version = vulnerability.package_name, vulnerability.package_version
         return {
             "severity": band,
             "score": score,
@@ -97,31 +93,28 @@ class VulnerabilityDigest:
             "cve": vulnerability.cve_id or "",
             "cvss3_score": vulnerability.cvss3_score,
             "cvss3_vector": vulnerability.cvss3_vector or "",
-            "package": _package(vulnerability),
+            "package": f"{package or '?'}@{version or '?'}",
             "remediation": vulnerability.remediation_instructions or "",
             "finding": vulnerability.unique_id,
             "link": vulnerability.external_url or "",
         }
 
     def band_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for band in BAND_ORDER:
-            if not self.bands.get(band):
-                continue
-            rows.append(
-                {
-                    "severity": band,
-                    "findings": self.bands[band],
-                    "reachable_and_resolvable": self.matrix[(band, "yes", "yes")],
-                    "reachable": sum(
-                        n for (b, r, _), n in self.matrix.items() if b == band and r == "yes"
-                    ),
-                    "resolvable": sum(
-                        n for (b, _, s), n in self.matrix.items() if b == band and s == "yes"
-                    ),
-                }
-            )
-        return rows
+        return [
+            {
+                "severity": band,
+                "findings": self.bands[band],
+                "reachable_and_resolvable": self.matrix[(band, "yes", "yes")],
+                "reachable": sum(
+                    n for (b, r, _), n in self.matrix.items() if b == band and r == "yes"
+                ),
+                "resolvable": sum(
+                    n for (b, _, s), n in self.matrix.items() if b == band and s == "yes"
+                ),
+            }
+            for band in BAND_ORDER
+            if self.bands.get(band)
+        ]
 
     def summary(self) -> dict[str, Any]:
         return {

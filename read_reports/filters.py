@@ -28,9 +28,8 @@ def parse_timestamp(parameter: str, value: str | datetime | date | None) -> date
         return datetime(value.year, value.month, value.day, tzinfo=UTC)
     if not isinstance(value, str) or not value.strip():
         raise InputError(parameter, value, "must be an ISO 8601 date or date-time")
-    text = value.strip()
     try:
-        parsed = datetime.fromisoformat(text.replace("z", "Z"))
+        parsed = datetime.fromisoformat(value.strip().replace("z", "Z"))
     except ValueError:
         raise InputError(
             parameter,
@@ -54,26 +53,22 @@ def parse_tags(
         return None
     if isinstance(value, str | bytes):
         raise InputError(parameter, value, f"must be a list of tags, each {TAG_FORMAT}")
-    tags: list[TagAssignment] = []
-    for item in value:
-        category_id, tag_id = _split_tag(parameter, item)
-        tags.append(TagAssignment(category_id=category_id, tag_id=tag_id))
-    return tags or None
+    return [_tag(parameter, item) for item in value] or None
 
 
-def _split_tag(parameter: str, item: object) -> tuple[str, str]:
+def _tag(parameter: str, item: object) -> TagAssignment:
     if isinstance(item, Mapping):
         category_id = item.get("categoryId", item.get("category_id"))
         tag_id = item.get("tagId", item.get("tag_id"))
         extra = set(item) - {"categoryId", "category_id", "tagId", "tag_id"}
         if extra or not _non_blank_str(category_id) or not _non_blank_str(tag_id):
             raise InputError(parameter, dict(item), f"malformed tag; expected {TAG_FORMAT}")
-        return str(category_id).strip(), str(tag_id).strip()
+        return TagAssignment(category_id=str(category_id).strip(), tag_id=str(tag_id).strip())
     if isinstance(item, str):
         category_id, separator, tag_id = item.partition(":")
         if not separator or ":" in tag_id or not category_id.strip() or not tag_id.strip():
             raise InputError(parameter, item, f"malformed tag; expected {TAG_FORMAT}")
-        return category_id.strip(), tag_id.strip()
+        return TagAssignment(category_id=category_id.strip(), tag_id=tag_id.strip())
     raise InputError(parameter, item, f"malformed tag; expected {TAG_FORMAT}")
 
 

@@ -44,10 +44,6 @@ class Owner:
     type: str | None
     name: str
 
-    @property
-    def key(self) -> str:
-        return self.id or UNASSIGNED
-
 
 @dataclass(slots=True)
 class KbItem:
@@ -65,10 +61,8 @@ class KbItem:
 
     @property
     def resource_id(self) -> str:
-        prefix = (
-            "knowledge-base-resource" if self.kind is ItemKind.RESOURCE else "answer-library-entry"
-        )
-        return f"compliance.{prefix}.{self.id}"
+        """``compliance.<kind with dashes>.<id>``, e.g. ``compliance.answer-library-entry.a1``."""
+        return f"compliance.{self.kind.value.replace('_', '-')}.{self.id}"
 
 
 def as_item(
@@ -127,14 +121,12 @@ class FreshnessRules:
         return found
 
     def days_left(self, item: KbItem) -> int | None:
-        if item.expiration_date is None:
-            return None
-        return (item.expiration_date - self.as_of).days
+        expires = item.expiration_date
+        return None if expires is None else (expires - self.as_of).days
 
     def days_since_verified(self, item: KbItem) -> int | None:
-        if item.last_verified is None:
-            return None
-        return (self.as_of - item.last_verified).days
+        verified = item.last_verified
+        return None if verified is None else (self.as_of - verified).days
 
 
 @dataclass
@@ -196,11 +188,12 @@ class FreshnessTally:
         return reasons
 
     def _owner(self, owner: Owner) -> OwnerCounts:
-        counts = self.owners.get(owner.key)
+        key = owner.id or UNASSIGNED
+        counts = self.owners.get(key)
         if counts is None:
             if len(self.owners) >= MAX_OWNERS:
                 return self.owners.setdefault(OTHER_OWNERS, OwnerCounts(OTHER_OWNERS, None))
-            counts = self.owners[owner.key] = OwnerCounts(owner.name, owner.id)
+            counts = self.owners[key] = OwnerCounts(owner.name, owner.id)
         return counts
 
     def _urgency(self, item: KbItem, reason: Reason) -> tuple[int, float]:

@@ -1,11 +1,10 @@
 """Bounded report building for the read flows: counts grow, rows do not (the ``top_n`` most
-urgent rows, kept in a heap while pages stream past).
+urgent rows, kept in order while pages stream past).
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -22,55 +21,26 @@ class BoundedTop(Generic[K]):
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.seen = 0
-        self._heap: list[tuple[Any, int, Row]] = []
-        self._counter = itertools.count()
+        #: (key, arrival, row), most urgent first
+        self._kept: list[tuple[Any, int, Row]] = []
 
     def offer(self, key: K, row: Callable[[], Row] | Row) -> None:
         """Add a candidate; ``row`` may be a callable so rows that lose are never built."""
         self.seen += 1
-        if self.limit <= 0:
-            return
-        order = -next(self._counter)
-        entry_key = _Reversed(key)
-        if len(self._heap) < self.limit:
-            heapq.heappush(self._heap, (entry_key, order, row() if callable(row) else row))
-        elif (entry_key, order) > (self._heap[0][0], self._heap[0][1]):
-            heapq.heapreplace(self._heap, (entry_key, order, row() if callable(row) else row))
+        rank = (key, self.seen)
+        full = len(self._kept) >= self.limit
+        if self.limit > 0 and (not full or rank < self._kept[-1][:2]):
+            kept = (*rank, row() if callable(row) else row)
+            bisect.insort(self._kept, kept, key=lambda item: item[:2])
+            del self._kept[self.limit :]
 
     def rows(self) -> list[Row]:
         """The kept rows, most urgent first."""
-        ordered = sorted(self._heap, key=lambda item: (item[0], item[1]), reverse=True)
-        return [row for _, _, row in ordered]
+        return [row for _, _, row in self._kept]
 
     @property
     def truncated(self) -> bool:
-        return self.seen > len(self._heap)
-
-
-class _Reversed:
-    """Invert comparisons so a min-heap evicts the least urgent (largest key) row first."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: Any) -> None:
-        self.key = key
-
-    def __lt__(self, other: _Reversed) -> bool:
-        return bool(other.key < self.key)
-
-    def __gt__(self, other: _Reversed) -> bool:
-        return bool(other.key > self.key)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Reversed) and bool(self.key == other.key)
-
-    def __le__(self, other: _Reversed) -> bool:
-        return self < other or self == other
-
-    def __ge__(self, other: _Reversed) -> bool:
-        return self > other or self == other
-
-    __hash__ = None  # type: ignore[assignment]
+        return self.seen > len(self._kept)
 
 
 def shown_note(shown: int, total: int, what: str) -> str:

@@ -111,39 +111,18 @@ class ComplianceCredentials(Block):
     )
     redirect_uri: str | None = Field(default=None, title="Redirect URI")
 
-    def settings_overrides(self) -> dict[str, Any]:
-        """Every credential field, empty ones too, so none comes from the environment."""
-        return {name: getattr(self, name) for name in CREDENTIAL_FIELDS}
-
     def to_settings(self, **overrides: Any) -> Settings:
         """This block's credentials, ``overrides`` (e.g. ``source_id``) over them, the
         environment for the rest."""
         name = self._block_document_name
         where = f"block {name!r}" if name else "block"
         origin = f"the {BLOCK_TYPE_NAME} {where}" if name else f"an unsaved {BLOCK_TYPE_NAME} block"
-        labels = {field: f"{where} field {field}" for field in CREDENTIAL_FIELDS}
-        for field in overrides:
-            labels.pop(field, None)
+        # every credential field, empty ones too, so none comes from the environment
+        values = {field: getattr(self, field) for field in CREDENTIAL_FIELDS}
+        labels = {field: f"{where} field {field}" for field in values if field not in overrides}
         return load_settings_from(
-            self.settings_overrides() | overrides,
-            labels=labels,
-            origin=f"credentials from {origin}",
+            values | overrides, labels=labels, origin=f"credentials from {origin}"
         )
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ComplianceCredentials:
-        """A block holding the credential part of ``settings``."""
-        values = {name: getattr(settings, name) for name in CREDENTIAL_FIELDS}
-        return cls(**values)
-
-
-def credentials_block_name() -> str | None:
-    """The block named by COMPLIANCE_CREDENTIALS_BLOCK (process environment only), or None."""
-    return runtime_settings().credentials_block
-
-
-def _api_url() -> str | None:
-    return get_current_settings().api.url
 
 
 async def load_credentials(name: str) -> ComplianceCredentials:
@@ -160,7 +139,7 @@ async def load_credentials(name: str) -> ComplianceCredentials:
             + "\n  ".join(problems)
         ) from None
     except ValueError:
-        where = _api_url() or "the Prefect API"
+        where = get_current_settings().api.url or "the Prefect API"
         raise ConfigurationError(
             f"{CREDENTIALS_BLOCK_ENV}={name!r}: there is no {BLOCK_TYPE_NAME} block named "
             f"{name!r} on {where}. Create it in the UI (Blocks → {BLOCK_TYPE_NAME}; "
@@ -180,29 +159,22 @@ _loading: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
 
 def _cached(name: str) -> ComplianceCredentials | None:
     with _cache_guard:
-        return _cache.get((name, _api_url()))
+        return _cache.get((name, get_current_settings().api.url))
 
 
 def _loading_lock() -> asyncio.Lock:
-    loop = asyncio.get_running_loop()
     with _cache_guard:
-        lock = _loading.get(loop)
-        if lock is None:
-            lock = _loading[loop] = asyncio.Lock()
-        return lock
+        return _loading.setdefault(asyncio.get_running_loop(), asyncio.Lock())
 
 
 async def credentials(name: str) -> ComplianceCredentials:
     """The block, read once per process (per name and Prefect API)."""
-    cached = _cached(name)
-    if cached is not None:
-        return cached
     async with _loading_lock():
         cached = _cached(name)
         if cached is None:
             cached = await load_credentials(name)
             with _cache_guard:
-                _cache[(name, _api_url())] = cached
+                _cache[(name, get_current_settings().api.url)] = cached
         return cached
 
 
@@ -214,7 +186,7 @@ def forget_credentials() -> None:
 
 async def load_run_settings(**overrides: Any) -> Settings:
     """A flow run's settings: the named block's (read once per process) over the environment."""
-    name = credentials_block_name()
+    name = runtime_settings().credentials_block
     if name is None:
         return load_settings(**overrides)
     return (await credentials(name)).to_settings(**overrides)
@@ -222,7 +194,7 @@ async def load_run_settings(**overrides: Any) -> Settings:
 
 def run_settings(**overrides: Any) -> Settings:
     """:func:`load_run_settings` for synchronous code: a block must have been read already."""
-    name = credentials_block_name()
+    name = runtime_settings().credentials_block
     if name is None:
         return load_settings(**overrides)
     block = _cached(name)
@@ -238,7 +210,7 @@ def run_settings(**overrides: Any) -> Settings:
 async def save_from_environment(name: str, *, overwrite: bool = False) -> str:
     """Save the COMPLIANCE_* environment's credentials (checked first) as a block."""
     settings = load_settings()
-    block = ComplianceCredentials.from_settings(settings)
+    block = ComplianceCredentials(**{f: getattr(settings, f) for f in CREDENTIAL_FIELDS})
     await block.asave(name, overwrite=overwrite)
     return (
         f"saved {BLOCK_TYPE_NAME} block {name!r}: client id {settings.client_id!r}, "

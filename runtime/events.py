@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, Self
 
 from prefect.client.orchestration import PrefectClient, get_client
@@ -30,12 +29,10 @@ def deterministic_event_id(*parts: str) -> uuid.UUID:
 
 
 class EventSink:
-    """Sends batches of events to the Prefect API and counts them; attaches the run context as
-    related resources (as ``emit_event`` would), looked up once per sink."""
+    """Sends batches of events to the Prefect API; attaches the run context as related
+    resources (as ``emit_event`` would), looked up once per sink."""
 
-    def __init__(self, *, attach_run_context: bool = True) -> None:
-        self.sent = 0
-        self._attach_run_context = attach_run_context
+    def __init__(self) -> None:
         self._client: PrefectClient | None = None
         self._context: list[RelatedResource] | None = None
 
@@ -44,14 +41,9 @@ class EventSink:
         await self._client.__aenter__()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         assert self._client is not None
-        await self._client.__aexit__(exc_type, exc, tb)
+        await self._client.__aexit__(*exc_info)
         self._client = None
 
     async def send(self, events: Sequence[Event]) -> None:
@@ -59,26 +51,18 @@ class EventSink:
         if not events:
             return
         assert self._client is not None, "use EventSink as an async context manager"
-        context = await self._run_context()
+        if self._context is None:
+            self._context = await related_resources_from_run_context(client=self._client)
         for start in range(0, len(events), POST_BATCH):
             batch = events[start : start + POST_BATCH]
-            body: list[dict[str, Any]] = [self._with_context(e, context) for e in batch]
+            body = [_with_context(event, self._context) for event in batch]
             response = await self._client.request("POST", "/events", json=body)
             response.raise_for_status()
-            self.sent += len(batch)
 
-    async def _run_context(self) -> list[RelatedResource]:
-        if not self._attach_run_context:
-            return []
-        if self._context is None:
-            assert self._client is not None
-            self._context = await related_resources_from_run_context(client=self._client)
-        return self._context
 
-    @staticmethod
-    def _with_context(event: Event, context: list[RelatedResource]) -> dict[str, Any]:
-        present = {resource.id for resource in event.involved_resources}
-        extra = [resource for resource in context if resource.id not in present]
-        maximum = get_current_settings().server.events.maximum_related_resources
-        related = (list(event.related) + extra)[:maximum]
-        return event.model_copy(update={"related": related}).model_dump(mode="json")
+def _with_context(event: Event, context: list[RelatedResource]) -> dict[str, Any]:
+    present = {resource.id for resource in event.involved_resources}
+    extra = [resource for resource in context if resource.id not in present]
+    maximum = get_current_settings().server.events.maximum_related_resources
+    related = (list(event.related) + extra)[:maximum]
+    return event.model_copy(update={"related": related}).model_dump(mode="json")

@@ -28,9 +28,6 @@ Severity = Annotated[float, Field(ge=0, le=10)]
 #: an id or name typed by hand: surrounding blanks are dropped, nothing left is refused
 NonBlank = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
-#: how ``Maybe`` writes "empty" (None) in the schema; see ``_OpensOnValue``
-EMPTY: JsonSchemaValue = {"enum": [None], "title": "None"}
-
 
 def title(text: str) -> FieldInfo:
     """The field's label (an extra ``title`` key: Prefect overrides ``Field(title=...)``)."""
@@ -64,7 +61,8 @@ class _OpensOnValue:
         branches = schema.get("anyOf")
         if isinstance(branches, list):
             schema["anyOf"] = [
-                dict(EMPTY) if branch == {"type": "null"} else branch for branch in branches
+                {"enum": [None], "title": "None"} if branch == {"type": "null"} else branch
+                for branch in branches
             ]
         return schema
 

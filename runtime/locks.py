@@ -70,10 +70,6 @@ def _refusal_retry_after(error: ConcurrencySlotAcquisitionError) -> float | None
         return DEFAULT_RETRY_SECONDS
 
 
-def _missing_limit(error: ConcurrencySlotAcquisitionError) -> bool:
-    return "must be created" in str(error)
-
-
 @asynccontextmanager
 async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterator[None]:
     """Hold the lock ``name`` for the body; ``LockTimeoutError`` naming ``what`` if another
@@ -99,7 +95,7 @@ async def hold_lock(name: str, *, wait_seconds: float, what: str) -> AsyncIterat
         except ConcurrencySlotAcquisitionError as exc:
             if acquired:
                 raise
-            if _missing_limit(exc) and not created:  # the lock's first use on this server
+            if "must be created" in str(exc) and not created:  # the lock's first use here
                 await _create_limit(limit)
                 created = True
                 continue

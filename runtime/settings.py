@@ -4,9 +4,9 @@ how a flow run gets its settings and keeps its token, so not part of the client'
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import BeforeValidator, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from compliance_api.settings import ENV_PREFIX, blank_is_unset, environment_settings
@@ -20,9 +20,9 @@ class RuntimeSettings(BaseSettings):
     #: ``local``: files and a flock in the state dir; ``prefect``: on the Prefect server
     token_store: Literal["local", "prefect"] = "local"  # noqa: S105 - a store kind
     #: the Compliance Credentials block flow runs take their credentials from, if any
-    credentials_block: str | None = None
+    credentials_block: Annotated[str | None, BeforeValidator(blank_is_unset)] = None
     #: PostgreSQL database of the shared document-link ledger; unset: a file in the state dir
-    link_ledger_url: SecretStr | None = None
+    link_ledger_url: Annotated[SecretStr | None, BeforeValidator(blank_is_unset)] = None
 
     @field_validator("token_store", mode="before")
     @classmethod
@@ -30,11 +30,6 @@ class RuntimeSettings(BaseSettings):
         if isinstance(value, str):
             return value.strip().lower() or "local"
         return value
-
-    @field_validator("credentials_block", "link_ledger_url", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: Any) -> Any:
-        return blank_is_unset(value)
 
 
 def runtime_settings() -> RuntimeSettings:

@@ -53,10 +53,6 @@ class PrefectRateLimiter:
             raise
 
 
-def _store_name(key: CustomerKey) -> str:
-    return f"{STORE_PREFIX}{key.slug}"
-
-
 class PrefectVariableTokenStore:
     """Ciphertext in a Prefect Variable per customer key.
 
@@ -68,7 +64,7 @@ class PrefectVariableTokenStore:
         self._exists: dict[str, bool] = {}
 
     async def read(self, key: CustomerKey) -> bytes | None:
-        name = _store_name(key)
+        name = STORE_PREFIX + key.slug
         client, _ = get_or_create_client()
         try:
             variable = await client.read_variable_by_name(name)
@@ -81,28 +77,23 @@ class PrefectVariableTokenStore:
         return value.encode() if isinstance(value, str) else None
 
     async def write(self, key: CustomerKey, ciphertext: bytes) -> None:
-        name, value = _store_name(key), ciphertext.decode()
+        name, value = STORE_PREFIX + key.slug, ciphertext.decode()
         client, _ = get_or_create_client()
-
-        async def update() -> None:
-            await client.update_variable(VariableUpdate(name=name, value=value, tags=STORE_TAGS))
-
-        async def create() -> None:
-            await client.create_variable(VariableCreate(name=name, value=value, tags=STORE_TAGS))
-
         try:
+            update = VariableUpdate(name=name, value=value, tags=STORE_TAGS)
+            create = VariableCreate(name=name, value=value, tags=STORE_TAGS)
             if self._exists.get(name, False):
                 try:
-                    await update()
+                    await client.update_variable(update)
                 except httpx.HTTPStatusError as exc:
                     if exc.response.status_code != 404:
                         raise
-                    await create()  # deleted since it was read
+                    await client.create_variable(create)  # deleted since it was read
             else:
                 try:
-                    await create()
+                    await client.create_variable(create)
                 except ObjectAlreadyExists:
-                    await update()  # created since it was read
+                    await client.update_variable(update)  # created since it was read
         except (httpx.HTTPError, OSError, ValueError) as exc:
             raise TokenStoreError(
                 f"cannot write the token store on the Prefect server: {type(exc).__name__}"
@@ -110,7 +101,7 @@ class PrefectVariableTokenStore:
         self._exists[name] = True
 
     async def delete(self, key: CustomerKey) -> bool:
-        name = _store_name(key)
+        name = STORE_PREFIX + key.slug
         self._exists[name] = False
         return await Variable.aunset(name)
 
