@@ -240,24 +240,16 @@ def _fold_row(
             item=f"{where} (account_id={account})",
         )
     tag_ids = [] if tag_cell == CLEAR_TAGS else split_list(tag_cell)
-    details = {
-        name: value
-        for name, value in row.items()
-        if name not in ("account_id", "category_id", "tag_ids")
-    }
+    details = {name: value for name, value in row.items() if name in ("name", "email_domain")}
     custom = {
         name.removeprefix(CUSTOM_FIELD_PREFIX): value
-        for name, value in details.items()
+        for name, value in row.items()
         if name.startswith(CUSTOM_FIELD_PREFIX)
     }
-    plain = {name: value for name, value in details.items() if name in ("name", "email_domain")}
-    if account not in merged:
-        record: dict[str, Any] = {"account_id": account, "tags": {}, **plain}
-        if custom:
-            record["custom_fields"] = custom
-        merged[account] = (where, record)
-    first_where, record = merged[account]
-    for name, value in {**plain, **({"custom_fields": custom} if custom else {})}.items():
+    if custom:
+        details["custom_fields"] = custom
+    first_where, record = merged.setdefault(account, (where, {"account_id": account, "tags": {}}))
+    for name, value in details.items():
         if record.get(name, value) != value:
             raise InputError(
                 name,
@@ -300,7 +292,7 @@ def read_account_items(
     for item in parsed.items:
         if not item.has_changes():
             raise InputError("tags", {}, "nothing to change for this account", item=item.label())
-    return ParsedItems.of(parsed.items, repeats + parsed.duplicates)
+    return ParsedItems(parsed.items, repeats + parsed.duplicates)
 
 
 @flow(name="update-account-tags")

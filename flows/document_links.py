@@ -16,12 +16,7 @@ from prefect.client.schemas.objects import State
 from pydantic import Field, field_validator
 
 from compliance_api.client import ComplianceClient
-from compliance_api.errors import (
-    APIStatusError,
-    RateLimitedError,
-    ServerError,
-    TransportError,
-)
+from compliance_api.errors import APIStatusError, ServerError, TransportError
 from compliance_api.models import DocumentLinkCreate
 from runtime.credentials import load_run_settings
 from runtime.form import Maybe, title
@@ -159,10 +154,7 @@ class DocumentLinks(WriteJob[DocumentLinkInput]):
         unsent = isinstance(error, TransportError) and not error.request_sent
         if refused or unsent:
             self.ledger.release(item.document_id, item.url)
-            outcome, reason = classify(error)
-            if isinstance(error, RateLimitedError):
-                outcome = Outcome.FAILED_RETRYABLE
-            return _result(item, outcome, reason, rerun=True)
+            return _result(item, *classify(error), rerun=True)
         return _result(
             item,
             Outcome.NEEDS_REVIEW,

@@ -82,11 +82,6 @@ class FreshnessParameters:
         self.answer_filter = filters.for_answer_library()
 
 
-def _default_sources(types: list[ResourceType] | None) -> list[Source]:
-    """A type filter means "these resources": answers have no type, so they are left out."""
-    return ["resources"] if types else list(SOURCES)
-
-
 async def scan_source(
     client: ComplianceClient,
     source: Source,
@@ -186,9 +181,7 @@ async def knowledge_base_freshness(
     expires_before: Annotated[Maybe[str], title("Expires before")] = None,
     expiring_within_days: Annotated[NonNegative, title("Expiring within (days)")] = 30,
     not_verified_days: Annotated[NonNegative, title("Not verified for (days)")] = 180,
-    sources: Annotated[
-        Maybe[Annotated[list[Source], Field(min_length=1)]], title("Sources")
-    ] = None,
+    sources: Annotated[Maybe[Sources], title("Sources")] = None,
     as_of: Annotated[Maybe[str], title("Report time")] = None,
     emit_events: Annotated[bool, title("Send events")] = True,
     page_size: Annotated[PageSize, title("Page size")] = 100,
@@ -229,7 +222,8 @@ async def knowledge_base_freshness(
             expires_after=expires_after,
             expires_before=expires_before,
         ),
-        sources=_default_sources(types) if sources is None else sources,
+        # a type filter means "these resources": answers have no type, so they are left out
+        sources=(["resources"] if types else SOURCES) if sources is None else sources,
         expiring_within_days=expiring_within_days,
         not_verified_days=not_verified_days,
         as_of=as_of,

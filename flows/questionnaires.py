@@ -174,7 +174,9 @@ class _Progress:
         self.done: list[str] = []
         self.skipped: list[str] = []
 
-    def note(self, status: object) -> None:
+    def did(self, step: str, status: object) -> None:
+        """``step`` succeeded; the questionnaire is now at ``status``."""
+        self.done.append(step)
         self.status = str(getattr(status, "value", status))
 
     def reached(self, route_rest: list[str]) -> bool:
@@ -213,8 +215,7 @@ class QuestionnaireRouting(WriteJob[QuestionnaireRouteInput]):
                 answer = await update_questionnaire(client, qid, item.assignment_update(), "assign")
             except Exception as error:
                 return [_failed(item, progress, "assign", error, rerun=item)]
-            progress.note(answer.status)
-            progress.done.append(item.describe_assignments())
+            progress.did(item.describe_assignments(), answer.status)
         for index, status in enumerate(item.route):
             if progress.reached(item.route[index:]):
                 progress.skipped.append(status)
@@ -225,8 +226,7 @@ class QuestionnaireRouting(WriteJob[QuestionnaireRouteInput]):
             except Exception as error:
                 rest = item.without_assignments(item.route[index:])
                 return [_failed(item, progress, f"set {status}", error, rerun=rest)]
-            progress.note(answer.status)
-            progress.done.append(f"set {status}")
+            progress.did(f"set {status}", answer.status)
         if item.approve:
             if progress.status == APPROVED:
                 progress.skipped.append("approve")
@@ -236,8 +236,7 @@ class QuestionnaireRouting(WriteJob[QuestionnaireRouteInput]):
                 except Exception as error:
                     rest = item.without_assignments([])
                     return [_failed(item, progress, "approve", error, rerun=rest)]
-                progress.note(answer.status)
-                progress.done.append("approve")
+                progress.did("approve", answer.status)
         return [_succeeded(item, progress)]
 
 

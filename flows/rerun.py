@@ -29,7 +29,7 @@ from flows.promote_vendors import VendorPromotion
 from flows.questionnaires import QuestionnaireRouting
 from runtime import collector
 from runtime.form import AtLeastOne, Maybe, title
-from write_engine.inputs import ItemInput, ParsedItems, dedupe, parse_item
+from write_engine.inputs import dedupe, parse_items
 from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
 from write_engine.reporting import FailedItemsRecord, read_failed_items
 from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, run_write_job
@@ -73,14 +73,6 @@ async def _failed_items_of(flow_run_id: str) -> FailedItemsRecord:
     )
 
 
-def _parse_inputs(job: WriteJob[Any], inputs: list[dict[str, Any]]) -> ParsedItems[ItemInput]:
-    items = [
-        parse_item(job.item_model, data, f"failed item {index}")
-        for index, data in enumerate(inputs, start=1)
-    ]
-    return dedupe(items)
-
-
 def _split(
     record: FailedItemsRecord, retryable_only: bool
 ) -> tuple[list[dict[str, Any]], list[ItemResult]]:
@@ -89,7 +81,8 @@ def _split(
         return record.inputs, []
     send: list[dict[str, Any]] = []
     kept: list[ItemResult] = []
-    for row, data, outcome in zip(record.rows, record.inputs, record.outcomes, strict=True):
+    for row, data in zip(record.rows, record.inputs, strict=True):
+        outcome = Outcome(row["outcome"])
         if outcome is Outcome.FAILED_RETRYABLE:
             send.append(data)
             continue
@@ -165,7 +158,8 @@ async def rerun_failed_items(
     # a rerun of a bulk run may send tens of thousands of items: the same collector tuning as
     # add-people-to-groups (runtime/collector.py)
     async with factory(unconfirmed_links) as job:
-        parsed = _parse_inputs(job, send)
+        records = [(f"failed item {i}", data) for i, data in enumerate(send, start=1)]
+        parsed = dedupe(parse_items(job.item_model, records))
         with collector.tuned_for_bulk_run():
             return await run_write_job(
                 job,

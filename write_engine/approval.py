@@ -148,7 +148,8 @@ async def approved_or_rejected(
     The counts and rows (``planned``) are worked out only when the plan is first shown."""
     run_id = _flow_run_id()
     digest = plan_digest(items)
-    decision = await _recorded_decision(run_id)
+    recorded = await aread_flow_run_input(DECISION_KEY, flow_run_id=run_id)
+    decision = Approval.model_validate(recorded) if recorded else None
     if decision is None:
         seconds = max(1, round(policy.deadline_hours * 3600))
         if await _asked_before(run_id):  # resumed: the answer is about the plan it was shown
@@ -160,7 +161,11 @@ async def approved_or_rejected(
             )
             plan = await _keep_plan(run_id, plan)
             await _announce(flow_key, run_id, plan, planned(), seconds)
-        answer = await _suspend(flow_key, plan, seconds)
+        # suspends; in the resumed run, this returns the form's answer at once
+        form = ApprovalInput.with_initial_data(description=_form_text(flow_key, plan, seconds))
+        answer: ApprovalInput = await asuspend_flow_run(
+            wait_for_input=form, timeout=seconds, key=PAUSE_KEY
+        )
         decision = Approval(
             approved=answer.approve == "yes",
             approver=answer.approver,
@@ -209,11 +214,6 @@ def _flow_run_id() -> Any:
     return run.id
 
 
-async def _recorded_decision(run_id: Any) -> Approval | None:
-    value = await aread_flow_run_input(DECISION_KEY, flow_run_id=run_id)
-    return Approval.model_validate(value) if value else None
-
-
 async def _keep_plan(run_id: Any, plan: PlanRecord) -> PlanRecord:
     """Store the plan on the run; an earlier attempt's is kept if the same (someone may be reading
     it), else replaced."""
@@ -250,15 +250,6 @@ async def _announce(
         counts_text(plan.counts),
         _duration(seconds),
     )
-
-
-async def _suspend(flow_key: str, plan: PlanRecord, seconds: int) -> ApprovalInput:
-    """Suspend for the form's answer; in the resumed run, this returns the answer at once."""
-    form = ApprovalInput.with_initial_data(description=_form_text(flow_key, plan, seconds))
-    answer: ApprovalInput = await asuspend_flow_run(
-        wait_for_input=form, timeout=seconds, key=PAUSE_KEY
-    )
-    return answer
 
 
 async def _asked_before(run_id: Any) -> bool:

@@ -79,22 +79,12 @@ class ParsedItems(Generic[ItemT]):
     items: list[ItemT]
     duplicates: list[str] = field(default_factory=list)
 
-    @classmethod
-    def of(cls, items: list[ItemT], duplicates: list[str] | None = None) -> ParsedItems[ItemT]:
-        return cls(items=items, duplicates=duplicates or [])
-
 
 def split_list(value: Any) -> Any:
     """Let a CSV cell (or a UI text box) carry a list: ``"a; b"`` -> ``["a", "b"]``."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(LIST_SEPARATOR) if part.strip()]
     return value
-
-
-def describe(where: str, data: Mapping[str, Any], id_fields: Sequence[str]) -> str:
-    """``row 4 (person_id=p-9)``: the position plus the ids an operator searches for."""
-    ids = [f"{name}={data[name]}" for name in id_fields if data.get(name) not in (None, "")]
-    return f"{where} ({', '.join(ids)})" if ids else where
 
 
 def parse_item(model: type[ItemT], data: Mapping[str, Any], where: str) -> ItemT:
@@ -124,8 +114,13 @@ def _first_problem(
         problem = f"is not a field of this input (expected: {expected})"
     if len(errors) > 1:
         problem += f" (and {len(errors) - 1} more problem(s) in this item)"
-    id_fields = [field_name for field_name in model.model_fields if field_name.endswith("_id")]
-    return InputError(name, value, problem, item=describe(where, data, id_fields))
+    # ``row 4 (person_id=p-9)``: the position plus the ids an operator searches for
+    ids = [
+        f"{key}={data[key]}"
+        for key in model.model_fields
+        if key.endswith("_id") and data.get(key) not in (None, "")
+    ]
+    return InputError(name, value, problem, item=f"{where} ({', '.join(ids)})" if ids else where)
 
 
 def parse_items(
@@ -168,7 +163,7 @@ def dedupe(items: Sequence[ItemT]) -> ParsedItems[ItemT]:
                 f"{item.as_input()}); keep one",
                 item=item.label(),
             )
-    return ParsedItems.of(list(kept.values()), duplicates)
+    return ParsedItems(list(kept.values()), duplicates)
 
 
 @dataclass(frozen=True)
@@ -184,7 +179,18 @@ class _Source:
     def file(cls, input_file: str | Path) -> _Source:
         """A CSV file (with a header) or a JSON file (a list)."""
         path = Path(input_file).expanduser()
-        text = _read_text(path)
+        if not path.is_file():
+            raise InputError("input_file", str(path), "does not exist or is not a file")
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8-sig")  # tolerate the BOM spreadsheet programs write
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                "input_file",
+                str(path),
+                f"is not UTF-8 text (byte {exc.start} is {raw[exc.start : exc.start + 1]!r}); "
+                "save it as UTF-8 (in a spreadsheet: 'CSV UTF-8')",
+            ) from None
         suffix = path.suffix.lower()
         if suffix not in (".csv", ".json"):
             raise InputError("input_file", str(path), "must be a .csv or .json file")
@@ -210,71 +216,34 @@ class _Source:
         column_prefixes: Sequence[str],
         scalar_field: str | None,
     ) -> list[tuple[str, Record]]:
-        names = _Names(self, columns, column_prefixes)
+        """The records, each named by its position; a column name or JSON key that is not one of
+        ``columns`` (or starts with one of ``column_prefixes``) is an error, not ignored."""
+        prefixes = tuple(column_prefixes)
+        expected = ", ".join(columns)
         if self.is_json:
             records = _json_records(self, scalar_field)
             for where, record in records:
-                names.check_record(where, record)
+                for name, value in record.items():
+                    if name not in columns and not name.startswith(prefixes):
+                        problem = f"is not a known field; expected: {expected}"
+                        raise InputError(name, value, problem, item=where)
         else:
             header, records = _csv_records(self)
-            names.check_header(header, required)
+            for column in required:
+                if column not in header:
+                    found = ", ".join(header)
+                    problem = f"has no column {column!r} (columns found: {found})"
+                    raise InputError(self.field, self.shown, problem)
+            unknown = [n for n in header if n not in columns and not n.startswith(prefixes)]
+            if unknown:
+                raise InputError(
+                    self.field,
+                    self.shown,
+                    f"has unknown column(s) {', '.join(map(repr, unknown))}; expected: {expected}",
+                )
         if not records:
             raise InputError(self.field, self.shown, "has no items")
         return records
-
-
-class _Names:
-    """Which column names / JSON keys an input may use (a typo must not be ignored)."""
-
-    def __init__(self, source: _Source, columns: Sequence[str], prefixes: Sequence[str]) -> None:
-        self.source = source
-        self.columns = list(columns)
-        self.prefixes = tuple(prefixes)
-
-    def allowed(self, name: str) -> bool:
-        return name in self.columns or (bool(self.prefixes) and name.startswith(self.prefixes))
-
-    def check_header(self, header: list[str], required: Sequence[str]) -> None:
-        for column in required:
-            if column not in header:
-                raise InputError(
-                    self.source.field,
-                    self.source.shown,
-                    f"has no column {column!r} (columns found: {', '.join(header)})",
-                )
-        unknown = [name for name in header if not self.allowed(name)]
-        if unknown:
-            raise InputError(
-                self.source.field,
-                self.source.shown,
-                f"has unknown column(s) {', '.join(map(repr, unknown))}; "
-                f"expected: {', '.join(self.columns)}",
-            )
-
-    def check_record(self, where: str, record: Record) -> None:
-        for name in record:
-            if not self.allowed(name):
-                raise InputError(
-                    name,
-                    record[name],
-                    f"is not a known field; expected: {', '.join(self.columns)}",
-                    item=where,
-                )
-
-
-def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise InputError("input_file", str(path), "does not exist or is not a file")
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")  # tolerate the BOM spreadsheet programs write
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            "input_file",
-            str(path),
-            f"is not UTF-8 text (byte {exc.start} is {raw[exc.start : exc.start + 1]!r}); "
-            "save it as UTF-8 (in a spreadsheet: 'CSV UTF-8')",
-        ) from None
 
 
 def _json_records(source: _Source, scalar_field: str | None) -> list[tuple[str, Record]]:

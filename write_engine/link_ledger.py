@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Literal, Self
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 LedgerState = Literal["pending", "attached"]
 FILE_NAME = "document-links.sqlite3"
@@ -69,18 +69,17 @@ def _sqlite_pragmas(connection: Any, _record: object) -> None:
     connection.execute("PRAGMA synchronous=FULL")  # a claim must survive a power cut
 
 
-def _use_wal(connection: Any, attempts: int = 50) -> None:
+@retry(
+    retry=retry_if_exception_type(sqlite3.OperationalError),
+    stop=stop_after_attempt(50),
+    wait=wait_fixed(0.1),
+    reraise=True,
+)
+def _use_wal(connection: Any) -> None:
     """Set WAL once per file. Two ledgers opening a new file at once can get "locked" without
     the busy timeout applying, so ask again shortly."""
-    for attempt in range(attempts):
-        try:
-            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                connection.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.1)
+    if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        connection.execute("PRAGMA journal_mode=WAL")
 
 
 class LinkLedger:

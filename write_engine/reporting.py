@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prefect.artifacts import (
@@ -102,13 +103,12 @@ async def publish_results_table(
 
 
 class Progress:
-    """A progress artifact, updated as units of work finish (at most every ``interval`` s)."""
+    """A progress artifact, updated as units of work finish (at most once a second)."""
 
-    def __init__(self, flow_key: str, total_units: int, *, interval: float = 1.0) -> None:
+    def __init__(self, flow_key: str, total_units: int) -> None:
         self.flow_key = flow_key
         self.total = max(total_units, 1)
         self.done = 0
-        self.interval = interval
         self._artifact_id: uuid.UUID | None = None
         self._last_update = 0.0
 
@@ -118,10 +118,10 @@ class Progress:
         )
         self._last_update = time.monotonic()
 
-    async def advance(self, units: int = 1) -> None:
-        self.done += units
+    async def advance(self) -> None:
+        self.done += 1
         now = time.monotonic()
-        if self.done >= self.total or now - self._last_update >= self.interval:
+        if self.done >= self.total or now - self._last_update >= 1.0:
             self._last_update = now
             await self._update()
 
@@ -164,20 +164,16 @@ async def publish_failed_items(flow_key: str, summary: RunSummary) -> None:
     )
 
 
+@dataclass(frozen=True)
 class FailedItemsRecord:
     """What a finished write run recorded about its failed items."""
 
-    def __init__(self, flow_key: str, rows: list[dict[str, Any]]) -> None:
-        self.flow_key = flow_key
-        self.rows = rows
+    flow_key: str
+    rows: list[dict[str, Any]]
 
     @property
     def inputs(self) -> list[dict[str, Any]]:
         return [json.loads(row["rerun_input"]) for row in self.rows]
-
-    @property
-    def outcomes(self) -> list[Outcome]:
-        return [Outcome(row["outcome"]) for row in self.rows]
 
     @property
     def attempt(self) -> int:
@@ -201,18 +197,15 @@ async def read_failed_items(flow_run_id: str) -> FailedItemsRecord | None:
     artifact = artifacts[0]
     assert artifact.key is not None
     data = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
-    rows = _rows(data)
-    return FailedItemsRecord(artifact.key.removeprefix(FAILED_ITEMS_PREFIX), rows)
+    return FailedItemsRecord(artifact.key.removeprefix(FAILED_ITEMS_PREFIX), _rows(data))
 
 
 def _rows(data: Any) -> list[dict[str, Any]]:
     """Table artifacts are stored as a list of rows or as a dict of columns."""
     if isinstance(data, list):
         return [dict(row) for row in data]
-    if isinstance(data, dict):
-        columns = list(data)
-        length = len(data[columns[0]]) if columns else 0
-        return [{name: data[name][i] for name in columns} for i in range(length)]
+    if isinstance(data, dict):  # transposed: one row per position in the columns
+        return [dict(zip(data, row, strict=True)) for row in zip(*data.values(), strict=True)]
     return []
 
 

@@ -8,7 +8,6 @@ flow's event loop, so all share one pooled ``ComplianceClient`` and one token br
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -117,14 +116,14 @@ class WriteJob(ABC, Generic[ItemT]):
         return summary
 
 
-def failure(item: ItemInput, error: BaseException, *, prefix: str = "") -> ItemResult:
+def failure(item: ItemInput, error: BaseException) -> ItemResult:
     """An item result for an error that outlasted the task's retries."""
-    outcome, reason = classify(error)
+    return _failed_row(item, *classify(error))
+
+
+def _failed_row(item: ItemInput, outcome: Outcome, reason: str) -> ItemResult:
     return ItemResult(
-        item=item.label(),
-        outcome=outcome,
-        reason=f"{prefix}{reason}",
-        rerun_input=item.as_input(),
+        item=item.label(), outcome=outcome, reason=reason, rerun_input=item.as_input()
     )
 
 
@@ -209,7 +208,7 @@ async def run_write_job(
         ):
             if client is not None:
                 if not waits:  # a run that waits gets its token once approved
-                    await obtain_token_first(logger)
+                    await obtain_token_first()
                 await job.validate_remotely(client, items)
             if waits and units:
                 decision = await approved_or_rejected(
@@ -220,7 +219,7 @@ async def run_write_job(
                         job, parsed, decision, rerun_of=rerun_of, attempt=attempt
                     )
                 logger.info("Applying %d approved item(s)", len(items))
-                await obtain_token_first(logger)
+                await obtain_token_first()
             await progress.start()
             if dry_run:
                 results = _plan_all(job, units)
@@ -246,7 +245,7 @@ async def run_write_job(
         if not dry_run:
             await publish_failed_items(job.flow_key, summary)
             emit_failed_items_event(job.flow_key, summary)
-        _log_outcome(logger, summary)
+        _log_outcome(summary)
         if record is not None:
             await record.forget()
         if summary.failed:
@@ -280,13 +279,13 @@ async def _rejected(
     return Cancelled(message=f"{decision.line()}; nothing was sent", data=summary)
 
 
-async def obtain_token_first(logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+async def obtain_token_first() -> None:
     """Get the shared token as its own task run before the first write (docs/performance.md#kept);
     not fatal if it fails: every call asks the broker again and reports its own items."""
     try:
         await get_shared_access_token.with_options(retries=0)()
     except Exception as error:
-        logger.warning(
+        get_run_logger().warning(
             "No access token yet (%s); each call will ask again and report its items",
             describe_error(error),
         )
@@ -363,7 +362,8 @@ async def _settle_earlier(
             )
     for position, index in enumerate(unknown):
         if applied is None:
-            settled[index] = [_unknown_fate(item) for item in units[index]]
+            outcome = Outcome.NEEDS_REVIEW
+            settled[index] = [_failed_row(item, outcome, UNKNOWN_FATE) for item in units[index]]
         elif position in applied:
             record.confirmed(index)
             settled[index] = [Done(item.label(), reason=EARLIER_CONFIRMED) for item in units[index]]
@@ -385,18 +385,10 @@ async def _settle_earlier(
 
 EARLIER_DONE = "applied by an earlier attempt of this run"
 EARLIER_CONFIRMED = "applied by an earlier attempt of this run that lost contact (service confirms)"
-
-
-def _unknown_fate(item: ItemInput) -> ItemResult:
-    return ItemResult(
-        item=item.label(),
-        outcome=Outcome.NEEDS_REVIEW,
-        reason=(
-            "claimed by an earlier attempt of this run that was lost before the answer; not "
-            "sent again: check whether it was applied, rerun it if not"
-        ),
-        rerun_input=item.as_input(),
-    )
+UNKNOWN_FATE = (
+    "claimed by an earlier attempt of this run that was lost before the answer; not sent again: "
+    "check whether it was applied, rerun it if not"
+)
 
 
 async def _apply_all(
@@ -405,7 +397,7 @@ async def _apply_all(
     units: dict[int, list[ItemT]],
     in_flight: int,
     progress: Progress,
-    record: SendRecord | None = None,
+    record: SendRecord | None,
 ) -> dict[int, Sequence[AnyResult]]:
     limiter = anyio.CapacityLimiter(in_flight)
     by_unit: dict[int, Sequence[AnyResult]] = {}
@@ -436,7 +428,8 @@ async def _send_unit(
         except AttemptLost as lost:  # the run aborts: these rows are never reported
             return [failure(item, lost) for item in unit]
         except Exception as error:
-            return [_not_sent(item, error) for item in unit]
+            reason = f"not sent: the Prefect server did not record it ({describe_error(error)})"
+            return [_failed_row(item, Outcome.FAILED_RETRYABLE, reason) for item in unit]
     try:
         with claimed() if record is not None else nullcontext():
             results = await job.apply(client, unit)
@@ -445,15 +438,6 @@ async def _send_unit(
     if record is not None:
         record.answered(index, results)
     return results
-
-
-def _not_sent(item: ItemInput, error: BaseException) -> ItemResult:
-    return ItemResult(
-        item=item.label(),
-        outcome=Outcome.FAILED_RETRYABLE,
-        reason=f"not sent: the Prefect server did not record it ({describe_error(error)})",
-        rerun_input=item.as_input(),
-    )
 
 
 def _summary(
@@ -471,7 +455,7 @@ def _summary(
         flow_run_id=current_flow_run_id(),
         dry_run=dry_run,
         total=len(results),
-        counts={outcome: counts.get(outcome, 0) for outcome in Outcome if counts.get(outcome)},
+        counts={outcome: counts[outcome] for outcome in Outcome if counts[outcome]},
         duplicates_removed=parsed.duplicates,
         failed_items=[r for r in results if isinstance(r, ItemResult) and r.outcome.is_failure],
         rerun_of=rerun_of,
@@ -480,7 +464,8 @@ def _summary(
     return job.summarize(summary, [r for r in results if isinstance(r, ItemResult)])
 
 
-def _log_outcome(logger: logging.Logger | logging.LoggerAdapter[Any], summary: RunSummary) -> None:
+def _log_outcome(summary: RunSummary) -> None:
+    logger = get_run_logger()
     logger.info("Result: %s", summary.headline())
     for result in summary.failed_items[:20]:
         logger.warning("%s: %s - %s", result.item, result.outcome.value, result.reason)

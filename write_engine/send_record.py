@@ -32,29 +32,15 @@ class RecordFull(RuntimeError):
     """The record would exceed a Prefect Variable: the unit is not sent (fails retryable)."""
 
 
-class IndexRanges:
-    """A set of unit numbers as sorted, disjoint half-open ranges ``[start, end)``."""
+class IndexRanges(set[int]):
+    """A set of unit numbers, stored as sorted, disjoint half-open ranges ``[start, end)``."""
 
     def __init__(self, ranges: Iterable[Sequence[int]] = ()) -> None:
-        self._indices: set[int] = set()
-        for start, end in ranges:
-            self._indices.update(range(start, end))
-
-    def add(self, index: int) -> None:
-        self._indices.add(index)
-
-    def update(self, other: IndexRanges) -> None:
-        self._indices |= other._indices
-
-    def __contains__(self, index: object) -> bool:
-        return index in self._indices
-
-    def __len__(self) -> int:
-        return len(self._indices)
+        super().__init__(index for start, end in ranges for index in range(start, end))
 
     def ranges(self) -> list[list[int]]:
         ranges: list[list[int]] = []
-        for index in sorted(self._indices):
+        for index in sorted(self):
             if ranges and ranges[-1][1] == index:
                 ranges[-1][1] = index + 1
             else:
