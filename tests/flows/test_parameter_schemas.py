@@ -14,7 +14,7 @@ import importlib
 import inspect
 import uuid
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, get_args, get_type_hints
 
 import pytest
 import yaml
@@ -144,9 +144,16 @@ def test_every_parameter_has_help_text_and_a_label(entrypoint: str) -> None:
         assert field.get("description", "").strip(), f"{name}: no entry in the Args: section"
         label = field.get("title", "")
         assert label != name and label[:1].isupper(), f"{name}: no readable title ({label!r})"
-    # every Args: entry names a parameter (a renamed one would lose its help text silently);
-    # parameters the flows share (approval) carry theirs in the type (runtime.form.form_field)
-    assert set(parameter_docstrings(inspect.getdoc(flow))) <= set(properties)
+    # every Args: entry names a parameter (a renamed one would lose its help text silently)
+    documented = set(parameter_docstrings(inspect.getdoc(flow)))
+    assert documented <= set(properties)
+    # the others are the parameters flows share (approval): their help is declared in the type
+    hints = get_type_hints(flow.fn, include_extras=True)
+    for name in set(properties) - documented:
+        declared = [getattr(meta, "json_schema_extra", None) for meta in get_args(hints[name])]
+        assert any(isinstance(extra, dict) and extra.get("description") for extra in declared), (
+            f"{name}: no entry in the Args: section and no form_field help in its type"
+        )
 
 
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
