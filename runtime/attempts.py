@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -30,6 +32,9 @@ UNCONFIRMED_LIMIT_SECONDS = 30.0
 #: one check's time limit; the next one follows after ``RECHECK_SECONDS``
 CHECK_TIMEOUT_SECONDS = 5.0
 RECHECK_SECONDS = 1.0
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class AttemptLost(Exception):
@@ -118,16 +123,26 @@ async def fenced() -> AsyncIterator[Attempt | None]:
         _current.reset(token)
 
 
+def abort_when_lost(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """``function``, ending with ``Abort`` (no state proposed) where it raises ``AttemptLost``."""
+
+    @functools.wraps(function)
+    async def aborting(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await function(*args, **kwargs)
+        except AttemptLost as lost:
+            raise Abort(str(lost)) from None
+
+    return aborting
+
+
+@abort_when_lost
 async def abort_if_lost() -> None:
     """``Abort`` (no state proposed) if the run is no longer ours; call it before anything that
     outlives the run (a checkpoint, the final state)."""
     attempt = _current.get() or this_attempt()
-    if attempt is None:
-        return
-    try:
+    if attempt is not None:
         await attempt.ensure_current(fresh=True)
-    except AttemptLost as lost:
-        raise Abort(str(lost)) from None
 
 
 #: a claim's confirmation lets its first write through without a check for this long

@@ -18,7 +18,6 @@ from typing import Annotated, Any, ClassVar, Generic
 import anyio
 from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
-from prefect.exceptions import Abort
 from prefect.logging import get_run_logger
 from prefect.states import Cancelled, Failed
 from pydantic import Field
@@ -32,7 +31,14 @@ from compliance_api.errors import (
     ServerError,
     TransportError,
 )
-from runtime.attempts import Attempt, AttemptLost, abort_if_lost, claimed, fenced
+from runtime.attempts import (
+    Attempt,
+    AttemptLost,
+    abort_if_lost,
+    abort_when_lost,
+    claimed,
+    fenced,
+)
 from runtime.connection import compliance_client
 from tasks.token import get_shared_access_token
 from write_engine.approval import (
@@ -162,6 +168,7 @@ def current_flow_run_id() -> str | None:
     return str(context.flow_run.id)
 
 
+@abort_when_lost
 async def run_write_job(
     job: WriteJob[ItemT],
     parsed: ParsedItems[ItemT],
@@ -182,78 +189,71 @@ async def run_write_job(
     (reported skipped). A lost attempt (``runtime/attempts.py``) ends with ``Abort``: nothing
     published, no state proposed.
     """
-    try:
-        logger = get_run_logger()
-        items = parsed.items
-        if parsed.duplicates:
-            logger.warning(
-                "Removed %d duplicate item(s): %s",
-                len(parsed.duplicates),
-                ", ".join(parsed.duplicates),
-            )
-        units = job.units(items)
-        progress = Progress(job.flow_key, len(units))
-        waits = approval.required and not dry_run
-        mode = "Dry run: planning" if dry_run else "Planning for approval" if waits else "Applying"
-        logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))
-
-        needs_client = bool(units) and (not dry_run or job.reads_during_validation)
-        record: SendRecord | None = None
-        decision: Approval | None = None
-        if waits:
-            check_can_wait()  # before any call
-        async with (
-            compliance_client() if needs_client else nullcontext(None) as client,
-            fenced() as fence,
-        ):
-            if client is not None:
-                if not waits:  # a run that waits gets its token once approved
-                    await obtain_token_first()
-                await job.validate_remotely(client, items)
-            if waits and units:
-                decision = await approved_or_rejected(
-                    job.flow_key, items, job.plan_groups, lambda: _plan_all(job, units), approval
-                )
-                if not decision.approved:
-                    return await _rejected(
-                        job, parsed, decision, rerun_of=rerun_of, attempt=attempt
-                    )
-                logger.info("Applying %d approved item(s)", len(items))
-                await obtain_token_first()
-            await progress.start()
-            if dry_run:
-                results = _plan_all(job, units)
-                await progress.finish()
-            elif units:
-                assert client is not None
-                results, record = await _apply_attempt(
-                    job, client, units, concurrency, progress, fence, done or {}
-                )
-            else:  # only carried failures: nothing to send
-                results = []
-                await progress.finish()
-        if not dry_run:
-            await abort_if_lost()  # a lost attempt reports nothing and proposes no final state
-
-        if carried:
-            results = [*results, *carried]
-        summary = _summary(
-            job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt
+    logger = get_run_logger()
+    items = parsed.items
+    if parsed.duplicates:
+        logger.warning(
+            "Removed %d duplicate item(s): %s",
+            len(parsed.duplicates),
+            ", ".join(parsed.duplicates),
         )
-        summary.approval = decision
-        await publish_results_table(job.flow_key, summary, results)
-        if not dry_run:
-            await publish_failed_items(job.flow_key, summary)
-            emit_failed_items_event(job.flow_key, summary)
-        _log_outcome(summary)
-        if record is not None:
-            await record.forget()
-        if summary.failed:
-            failed = ItemsFailed(summary)
-            return Failed(message=str(failed), data=failed)
-        return summary
-    except AttemptLost as lost:
-        raise Abort(str(lost)) from None
+    units = job.units(items)
+    progress = Progress(job.flow_key, len(units))
+    waits = approval.required and not dry_run
+    mode = "Dry run: planning" if dry_run else "Planning for approval" if waits else "Applying"
+    logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))
+
+    needs_client = bool(units) and (not dry_run or job.reads_during_validation)
+    record: SendRecord | None = None
+    decision: Approval | None = None
+    if waits:
+        check_can_wait()  # before any call
+    async with (
+        compliance_client() if needs_client else nullcontext(None) as client,
+        fenced() as fence,
+    ):
+        if client is not None:
+            if not waits:  # a run that waits gets its token once approved
+                await obtain_token_first()
+            await job.validate_remotely(client, items)
+        if waits and units:
+            decision = await approved_or_rejected(
+                job.flow_key, items, job.plan_groups, lambda: _plan_all(job, units), approval
+            )
+            if not decision.approved:
+                return await _rejected(job, parsed, decision, rerun_of=rerun_of, attempt=attempt)
+            logger.info("Applying %d approved item(s)", len(items))
+            await obtain_token_first()
+        await progress.start()
+        if dry_run:
+            results = _plan_all(job, units)
+            await progress.finish()
+        elif units:
+            assert client is not None
+            results, record = await _apply_attempt(
+                job, client, units, concurrency, progress, fence, done or {}
+            )
+        else:  # only carried failures: nothing to send
+            results = []
+            await progress.finish()
+    if not dry_run:
+        await abort_if_lost()  # a lost attempt reports nothing and proposes no final state
+
+    if carried:
+        results = [*results, *carried]
+    summary = _summary(job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt)
+    summary.approval = decision
+    await publish_results_table(job.flow_key, summary, results)
+    if not dry_run:
+        await publish_failed_items(job.flow_key, summary)
+        emit_failed_items_event(job.flow_key, summary)
+    _log_outcome(summary)
+    if record is not None:
+        await record.forget()
+    if summary.failed:
+        failed = ItemsFailed(summary)
+        return Failed(message=str(failed), data=failed)
+    return summary
 
 
 def _plan_all(job: WriteJob[ItemT], units: Sequence[Sequence[ItemT]]) -> list[AnyResult]:
