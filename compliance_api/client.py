@@ -205,17 +205,9 @@ class ComplianceClient:
         try:
             response = await self._call("update_questionnaire", "PATCH", path, content=body)
         except PermissionDeniedError as exc:
-            approver_set = "approver_assignment" in request.model_fields_set
-            if not approver_set or APPROVER_ENTITLEMENT in exc.message:
+            if "approver_assignment" not in request.model_fields_set:
                 raise
-            raise PermissionDeniedError(
-                f"{exc.message}. Setting or clearing approverAssignment (also to null) requires "
-                f"the {APPROVER_ENTITLEMENT} entitlement, which this application may not have: "
-                "leave approver_assignment out of the update, or have the entitlement enabled",
-                operation=exc.operation,
-                status_code=exc.status_code,
-                code=exc.code,
-            ) from None
+            raise _approver_entitlement_error(exc) from None
         return _parse(Questionnaire, response, "update_questionnaire")
 
     async def approve_questionnaire(
@@ -328,30 +320,38 @@ class ComplianceClient:
         content: bytes | None = None,
         mode: RetryMode = RetryMode.IDEMPOTENT,
     ) -> httpx.Response:
-        """Send with auth, retrying transient failures as far as ``mode`` allows. On a 401 the
-        refused token (exactly that one) is replaced and the request resent once."""
+        """Send with auth, retrying transient failures as far as ``mode`` allows."""
         url = self._base_url + path
         async for attempt in retrying(self._policy, mode, operation, self._note_retry):
             with attempt:
-                token = await self._tokens.get_token()
-                response = await self._send(operation, method, url, params, content, token)
-                if response.status_code == 401:
-                    self.stats.token_replacements += 1
-                    token = await self._tokens.replace_token(token)
-                    response = await self._send(operation, method, url, params, content, token)
-                if response.is_success:
-                    return response
-                error = error_from_response(
-                    response, operation, secrets=(token.value.get_secret_value(),)
-                )
-                del response  # its request holds the bearer header; keep it off the traceback
-                raise error
+                return await self._attempt(operation, method, url, params, content)
         raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
     def _note_retry(self, notice: RetryNotice) -> None:
         self.stats.retries += 1
         if self._on_retry is not None:
             self._on_retry(notice)
+
+    async def _attempt(
+        self,
+        operation: str,
+        method: str,
+        url: str,
+        params: list[tuple[str, str]] | None,
+        content: bytes | None,
+    ) -> httpx.Response:
+        """One try: on a 401, replace exactly the refused token and resend once."""
+        token = await self._tokens.get_token()
+        response = await self._send(operation, method, url, params, content, token)
+        if response.status_code == 401:
+            self.stats.token_replacements += 1
+            token = await self._tokens.replace_token(token)
+            response = await self._send(operation, method, url, params, content, token)
+        if response.is_success:
+            return response
+        error = error_from_response(response, operation, secrets=(token.value.get_secret_value(),))
+        del response  # its request holds the bearer header; keep it off the traceback
+        raise error
 
     async def _send(
         self,
@@ -402,6 +402,20 @@ def _required(name: str, value: str) -> str:
 def _segment(name: str, value: str) -> str:
     """An identifier as one path segment: ``a/b`` must not address another route."""
     return quote(_required(name, value), safe="")
+
+
+def _approver_entitlement_error(error: PermissionDeniedError) -> PermissionDeniedError:
+    """A 403 on an update that sets the approver: name the entitlement it needs."""
+    if APPROVER_ENTITLEMENT in error.message:
+        return error
+    return PermissionDeniedError(
+        f"{error.message}. Setting or clearing approverAssignment (also to null) requires the "
+        f"{APPROVER_ENTITLEMENT} entitlement, which this application may not have: leave "
+        "approver_assignment out of the update, or have the entitlement enabled",
+        operation=error.operation,
+        status_code=error.status_code,
+        code=error.code,
+    )
 
 
 def _product_context(value: ProductContext | str) -> str:

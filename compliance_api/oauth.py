@@ -235,24 +235,25 @@ class OAuthClient:
                 {**body, **self._credentials()},
                 request_timeout=request_timeout,
             )
-        except (AuthenticationError, InvalidRequestError) as exc:
-            if not grant_lost or isinstance(exc, InvalidClientError):
-                raise
-            if isinstance(exc, AuthenticationError):
-                remedy = "the customer must authorize the application again"
-            elif exc.code == "invalid_grant":
-                remedy = (
-                    "an authorization code must be exchanged within 30 seconds and a refresh "
-                    "token within 3 hours of its first use. Authorize again."
-                )
-            else:
-                raise
-            raise ReauthorizationRequiredError(
-                f"{exc.message}; {remedy}",
-                operation=operation,
-                status_code=exc.status_code,
-                code=exc.code,
-            ) from None
+        except AuthenticationError as exc:
+            if grant_lost and not isinstance(exc, InvalidClientError):
+                raise ReauthorizationRequiredError(
+                    f"{exc.message}; the customer must authorize the application again",
+                    operation=operation,
+                    status_code=exc.status_code,
+                    code=exc.code,
+                ) from None
+            raise
+        except InvalidRequestError as exc:
+            if grant_lost and exc.code == "invalid_grant":
+                raise ReauthorizationRequiredError(
+                    f"{exc.message}; an authorization code must be exchanged within 30 seconds "
+                    "and a refresh token within 3 hours of its first use. Authorize again.",
+                    operation=operation,
+                    status_code=exc.status_code,
+                    code=exc.code,
+                ) from None
+            raise
         return _parse_grant(operation, payload)
 
     async def _post(
