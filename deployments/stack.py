@@ -134,19 +134,7 @@ class StackOptions:
     tls_ca: Path | None = None
 
     def __post_init__(self) -> None:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key: give both (the certificate and its key)")
-        if self.tls_cert is None and self.tls_ca is not None:
-            raise ValueError("tls_ca: only with tls_cert and tls_key")
-        for name in ("tls_cert", "tls_key", "tls_ca"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"{name}={str(path)!r}: no such file")
-        if self.tls_cert is not None and self.api_replicas > 1:
-            raise ValueError(
-                "tls_cert with api_replicas > 1: put TLS on the load balancer in front of the "
-                "replicas instead (docs/scaling.md)"
-            )
+        self._check_tls()
         for name, most in (("workers", 16), ("api_replicas", 8)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
@@ -165,6 +153,21 @@ class StackOptions:
             raise ValueError(
                 f"api_replicas={self.api_replicas}: several API servers need PostgreSQL "
                 "(database_url) and Redis (redis_url) to share their state"
+            )
+
+    def _check_tls(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key: give both (the certificate and its key)")
+        if self.tls_cert is None and self.tls_ca is not None:
+            raise ValueError("tls_ca: only with tls_cert and tls_key")
+        for name in ("tls_cert", "tls_key", "tls_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}={str(path)!r}: no such file")
+        if self.tls_cert is not None and self.api_replicas > 1:
+            raise ValueError(
+                "tls_cert with api_replicas > 1: put TLS on the load balancer in front of the "
+                "replicas instead (docs/scaling.md)"
             )
 
 
