@@ -163,12 +163,19 @@ def _cached(name: str) -> ComplianceCredentials | None:
 
 
 def _loading_lock() -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
     with _cache_guard:
-        return _loading.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        lock = _loading.get(loop)
+        if lock is None:
+            lock = _loading[loop] = asyncio.Lock()
+        return lock
 
 
 async def credentials(name: str) -> ComplianceCredentials:
     """The block, read once per process (per name and Prefect API)."""
+    cached = _cached(name)
+    if cached is not None:  # read already: no lock to wait for
+        return cached
     async with _loading_lock():
         cached = _cached(name)
         if cached is None:
