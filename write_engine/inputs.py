@@ -9,7 +9,7 @@ import csv
 import functools
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
@@ -218,32 +218,51 @@ class _Source:
     ) -> list[tuple[str, Record]]:
         """The records, each named by its position; a column name or JSON key that is not one of
         ``columns`` (or starts with one of ``column_prefixes``) is an error, not ignored."""
-        prefixes = tuple(column_prefixes)
-        expected = ", ".join(columns)
+
+        def known(name: str) -> bool:
+            return name in columns or name.startswith(tuple(column_prefixes))
+
         if self.is_json:
             records = _json_records(self, scalar_field)
             for where, record in records:
-                for name, value in record.items():
-                    if name not in columns and not name.startswith(prefixes):
-                        problem = f"is not a known field; expected: {expected}"
-                        raise InputError(name, value, problem, item=where)
+                _check_keys(where, record, known, columns)
         else:
             header, records = _csv_records(self)
-            for column in required:
-                if column not in header:
-                    found = ", ".join(header)
-                    problem = f"has no column {column!r} (columns found: {found})"
-                    raise InputError(self.field, self.shown, problem)
-            unknown = [n for n in header if n not in columns and not n.startswith(prefixes)]
-            if unknown:
-                raise InputError(
-                    self.field,
-                    self.shown,
-                    f"has unknown column(s) {', '.join(map(repr, unknown))}; expected: {expected}",
-                )
+            self._check_header(header, known, columns, required)
         if not records:
             raise InputError(self.field, self.shown, "has no items")
         return records
+
+    def _check_header(
+        self,
+        header: list[str],
+        known: Callable[[str], bool],
+        columns: Sequence[str],
+        required: Sequence[str],
+    ) -> None:
+        for column in required:
+            if column not in header:
+                found = ", ".join(header)
+                problem = f"has no column {column!r} (columns found: {found})"
+                raise InputError(self.field, self.shown, problem)
+        unknown = [name for name in header if not known(name)]
+        if unknown:
+            raise InputError(
+                self.field,
+                self.shown,
+                f"has unknown column(s) {', '.join(map(repr, unknown))}; "
+                f"expected: {', '.join(columns)}",
+            )
+
+
+def _check_keys(
+    where: str, record: Record, known: Callable[[str], bool], columns: Sequence[str]
+) -> None:
+    """A JSON key that is not a known field is an error, not ignored (a typo must show)."""
+    for name, value in record.items():
+        if not known(name):
+            problem = f"is not a known field; expected: {', '.join(columns)}"
+            raise InputError(name, value, problem, item=where)
 
 
 def _json_records(source: _Source, scalar_field: str | None) -> list[tuple[str, Record]]:
