@@ -85,11 +85,6 @@ def basic_auth(auth_string: str) -> httpx.BasicAuth:
     return httpx.BasicAuth(user, password)
 
 
-def websocket_auth_message(auth_string: str) -> dict[str, str]:
-    """The first message a Prefect websocket (``/api/events/in`` ...) expects."""
-    return {"type": "auth", "token": auth_string}
-
-
 def check_exposure(host: str, auth_string: str | None, what: str = "the Prefect API") -> None:
     """Refuse to listen beyond loopback without a credential, before anything starts."""
     if not auth_string and not is_loopback(host):

@@ -38,10 +38,6 @@ class BoundedTop(Generic[K]):
         """The kept rows, most urgent first."""
         return [row for _, _, row in self._kept]
 
-    @property
-    def truncated(self) -> bool:
-        return self.seen > len(self._kept)
-
 
 def shown_note(shown: int, total: int, what: str) -> str:
     """The sentence every truncated table carries, so nobody mistakes it for the full list."""

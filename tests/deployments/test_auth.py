@@ -40,7 +40,6 @@ from deployments.auth import (
     check_auth_string,
     generate_auth_string,
     is_loopback,
-    websocket_auth_message,
 )
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.serve import banner, parse_args
@@ -61,6 +60,11 @@ from tests.fixtures.tls import IssuedCert, TestCA, make_ca, nginx_or_skip
 AUTH = generate_auth_string()
 WRONG = generate_auth_string()
 PREFECT = Subprotocol("prefect")
+
+
+def _auth_message(auth_string: str) -> dict[str, str]:
+    """The first message a Prefect websocket (``/api/events/in`` ...) expects."""
+    return {"type": "auth", "token": auth_string}
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -224,9 +228,9 @@ def test_the_events_websocket_needs_the_auth_message(server: PrefectServer) -> N
     url = _ws(server.api_url)
     no_auth = {"type": "event", "event": {}}
     assert asyncio.run(_events_in(url, no_auth)) == "closed 1008"
-    assert asyncio.run(_events_in(url, websocket_auth_message(WRONG))) == "closed 1008"
+    assert asyncio.run(_events_in(url, _auth_message(WRONG))) == "closed 1008"
     assert asyncio.run(_events_in(url, {"type": "auth"})) == "closed 1008"
-    answer = json.loads(asyncio.run(_events_in(url, websocket_auth_message(AUTH))))
+    answer = json.loads(asyncio.run(_events_in(url, _auth_message(AUTH))))
     assert answer == {"type": "auth_success"}
 
 
@@ -254,11 +258,9 @@ def test_through_the_tls_proxy_a_client_trusting_the_ca_with_the_auth_string_wor
     # websockets pass through the proxy (upgrade headers), auth message and all
     context = ssl.create_default_context(cafile=str(ca.cert_file))
     wss = proxy.api_url.replace("https", "wss", 1) + "/events/in"
-    answer = asyncio.run(_events_in(wss, websocket_auth_message(AUTH), ssl=context))
+    answer = asyncio.run(_events_in(wss, _auth_message(AUTH), ssl=context))
     assert json.loads(answer) == {"type": "auth_success"}
-    assert asyncio.run(_events_in(wss, websocket_auth_message(WRONG), ssl=context)) == (
-        "closed 1008"
-    )
+    assert asyncio.run(_events_in(wss, _auth_message(WRONG), ssl=context)) == "closed 1008"
 
 
 def test_through_the_tls_proxy_without_the_ca_verification_fails(
