@@ -7,6 +7,8 @@ RUN := $(UV) run --locked --no-sync
 
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_CLI_PROMPT ?= false
+# the slow fault-tolerance scenarios too (tests/chaos): every target's pytest runs the whole suite
+export CHAOS_FULL ?= 1
 
 .PHONY: test demo serve bench lint typecheck pytest sync clean nginx
 

@@ -5,9 +5,8 @@ Every scenario ends with the same four proofs, read from the sandbox's per-item 
 the rerun finishes the job), and no lock held by a dead process for long (a file lock: at once;
 a lock on the Prefect server: within 90 s, tests/deployments/test_scale_out.py).
 
-Selection: every test here is marked ``chaos``. The fast ones run in the default ``pytest``
-(``make test``); the slow ones are also marked ``slow`` and run only with
-``CHAOS_FULL=1 uv run --no-sync pytest -m chaos``.
+Selection: every test here is marked ``chaos``; the slow ones are also marked ``slow`` and need
+``CHAOS_FULL=1``, which ``make test`` sets (a plain ``pytest`` runs only the fast ones).
 
 The data client's retry waits are set to zero (a ``Retry-After`` is capped at 0.05 s); their
 count and conditions stay as in production, since they are the only retries of a call in a

@@ -9,7 +9,7 @@ tree, as when its machine dies), then what an operator sees and does.
   is added exactly once in all, nobody is lost, and the stored token is reused.
 
 Its own local stack (a real ``prefect server start``, ``prefect deploy --all``, a process
-worker), so it is one of the slow scenarios (CHAOS_FULL=1).
+worker), so it is one of the slow scenarios (``CHAOS_FULL=1``, set by ``make test``).
 """
 
 from __future__ import annotations
