@@ -27,6 +27,7 @@ from tests.fixtures.chaos import ADD_PEOPLE, slow
 from tests.fixtures.stack import (
     assert_no_secret_in_prefect_database,
     eventually,
+    kill_machine,
     replace_worker,
     run_deployment,
     stack_options,
@@ -68,11 +69,8 @@ def test_worker_killed_mid_run_is_marked_crashed_and_the_rerun_finishes(
     killed_run = run_deployment(stack, DEPLOYMENT, parameters)
     eventually("the first chunks", lambda: len(adds(control, group)) >= 100, timeout=120)
     (worker,) = stack.workers()
-    tree = worker.tree()
+    tree = kill_machine(psutil.Process(worker.pid))
     assert len(tree) >= 2, "the worker and the flow run process it started"
-    for process in tree:
-        process.kill()
-    psutil.wait_procs(tree, timeout=10)
     control.clear_faults()
     before = adds(control, group)
     assert 100 <= len(before) < len(people) and max(before.values()) == 1
