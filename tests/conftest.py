@@ -6,6 +6,7 @@ Fixtures live in ``tests/fixtures/`` (one module per area) and are registered he
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -40,3 +41,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     last = [item for item in items if item.nodeid.startswith(RUN_LAST)]
     if last:
         items[:] = [item for item in items if item not in last] + last
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's PREFECT_HOME and state directory (its token store among them)."""
+    shutil.rmtree(_HOME, ignore_errors=True)
