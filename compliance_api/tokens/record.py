@@ -48,7 +48,9 @@ class TokenCodec:
             "source_id": record.key.source_id,
             "access_token": record.access_token.get_secret_value(),
             "refresh_token": (
-                record.refresh_token.get_secret_value() if record.refresh_token else None
+                record.refresh_token.get_secret_value()
+                if record.refresh_token is not None
+                else None
             ),
             "expires_at": record.expires_at.isoformat(),
             "minted_at": record.minted_at.isoformat(),
