@@ -1,8 +1,9 @@
 """How the flows' parameters look in the Prefect UI's run form (``Annotated`` metadata).
 
-Help text comes from the flow docstring's ``Args:``. The constrained types are the parameters'
-checks: the form shows the limits, the server refuses an out-of-range deployment run, and a
-direct call fails Prefect's parameter validation before the flow's first line.
+Help text comes from the flow docstring's ``Args:``, or from ``form_field`` for a parameter
+several flows share. The constrained types are the parameters' checks: the form shows the
+limits, the server refuses an out-of-range deployment run, and a direct call fails Prefect's
+parameter validation before the flow's first line.
 """
 
 from __future__ import annotations

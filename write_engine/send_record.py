@@ -33,7 +33,8 @@ class RecordFull(RuntimeError):
 
 
 class IndexRanges(set[int]):
-    """A set of unit numbers, stored as sorted, disjoint half-open ranges ``[start, end)``."""
+    """A set of unit numbers, read from and written as sorted, disjoint half-open ranges
+    ``[start, end)`` (``ranges()``), which keep a record small."""
 
     def __init__(self, ranges: Iterable[Sequence[int]] = ()) -> None:
         super().__init__(index for start, end in ranges for index in range(start, end))
