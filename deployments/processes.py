@@ -84,12 +84,19 @@ class ChildProcess:
             return []
 
     def stop(self, grace_seconds: float = GRACE_SECONDS) -> None:
-        """SIGTERM to the child's group, wait, then SIGKILL whatever of its tree is left."""
-        tree = self.tree()
+        """SIGTERM to the child's group, wait, then SIGKILL whatever of its tree is left. Its
+        tree is read again while it exits: a worker may still start a flow run (in a session of
+        its own), which would no longer be below it once it is gone."""
+        tree = {process.pid: process for process in self.tree()}
         if self.alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGTERM)
-        _, alive = psutil.wait_procs(tree, timeout=grace_seconds)
+        deadline = time.monotonic() + grace_seconds
+        while self.alive() and time.monotonic() < deadline:
+            tree.update((process.pid, process) for process in self.tree())
+            time.sleep(0.05)
+        remaining = max(0.0, deadline - time.monotonic())
+        _, alive = psutil.wait_procs(list(tree.values()), timeout=remaining)
         for process in alive:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()

@@ -6,6 +6,7 @@ RunDeployment action, so a template mistake fails here in a second, not in the e
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import stat
@@ -293,3 +294,33 @@ def test_stop_kills_grandchildren_in_their_own_process_group(tmp_path: Path) -> 
     assert not child.alive()
     gone, _ = psutil.wait_procs([grandchild], timeout=5)
     assert gone or grandchild.status() == psutil.STATUS_ZOMBIE
+
+
+def test_stop_kills_what_the_child_starts_while_it_shuts_down(tmp_path: Path) -> None:
+    # like a worker that starts one more flow run after SIGTERM, in a session of its own, and
+    # exits a moment later: that run is no longer below the child when the child is gone
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "def late(*_):\n"
+        "    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+        " start_new_session=True)\n"
+        "    print(p.pid, flush=True)\n"
+        "    time.sleep(1)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, late)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    log = tmp_path / "parent.log"
+    child = ChildProcess(
+        "parent", [sys.executable, "-c", script], env=dict(os.environ), cwd=tmp_path, log_path=log
+    )
+    deadline = time.monotonic() + 30
+    while "ready" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.stop(grace_seconds=5)
+    assert not child.alive()
+    with contextlib.suppress(psutil.NoSuchProcess):  # killed and reaped already: gone
+        late = psutil.Process(int(log.read_text().split()[1]))
+        gone, _ = psutil.wait_procs([late], timeout=5)
+        assert gone or late.status() == psutil.STATUS_ZOMBIE, "the late grandchild outlived stop()"
