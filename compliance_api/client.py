@@ -5,7 +5,7 @@ once), retries per :mod:`compliance_api.retry`. Behaviour and usage: docs/client
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
@@ -54,6 +54,7 @@ from compliance_api.models import (
 from compliance_api.prefetch import sent_hook
 from compliance_api.retry import RetryMode, RetryNotice, RetryPolicy, retrying
 from compliance_api.settings import Settings
+from compliance_api.write_fence import SendHeld, WriteFence, fenced_trace
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -72,11 +73,13 @@ APPROVER_ENTITLEMENT = "QuestionnaireAutomationAdvanced"
 
 @dataclass
 class ClientStats:
-    """Counters a flow or benchmark can read: HTTP requests sent, retries, token replacements."""
+    """Counters a flow or benchmark can read: HTTP requests, retries, token replacements."""
 
     requests: int = 0
     retries: int = 0
     token_replacements: int = 0
+    #: writes the write fence held back before their first byte (then sent once it let them)
+    held_writes: int = 0
 
 
 class ComplianceClient:
@@ -92,12 +95,13 @@ class ComplianceClient:
         transport: httpx.AsyncBaseTransport | None = None,
         retry_policy: RetryPolicy | None = None,
         on_retry: Callable[[RetryNotice], None] | None = None,
-        write_guard: Callable[[], Awaitable[None]] | None = None,
+        write_fence: WriteFence | None = None,
     ) -> None:
         self._base_url = base_url.rstrip("/")
         self._tokens = token_provider
-        #: awaited before every write is sent, retries included; what it raises stops the write
-        self._write_guard = write_guard
+        #: holds every write, retries included, until it may be sent (``write_fence.py``)
+        self._fence = write_fence
+        self._timeout = timeout
         self._policy = retry_policy or RetryPolicy.from_max_retries(max_retries)
         self._on_retry = on_retry
         self._http = httpx.AsyncClient(
@@ -362,24 +366,36 @@ class ComplianceClient:
         content: bytes | None,
         token: AccessToken,
     ) -> httpx.Response:
-        if method != "GET" and self._write_guard is not None:
-            await self._write_guard()
         self.stats.requests += 1
         headers = {"Authorization": "Bearer " + token.value.get_secret_value()}
         if content is not None:
             headers["Content-Type"] = "application/json"
+        extensions = sent_hook() or {}
+        timeout: httpx.Timeout | None = None
+        fence = self._fence if method != "GET" else None
+        if fence is not None:
+            extensions = {"trace": fenced_trace(fence, extensions.get("trace"))}
+            limit = min(self._timeout, fence.send_timeout)
+            timeout = httpx.Timeout(self._timeout, connect=limit, pool=limit, write=limit)
         failure: TransportError
-        try:
-            return await self._http.request(
-                method,
-                url,
-                params=tuple(params) if params else None,
-                content=content,
-                headers=headers,
-                extensions=sent_hook(),
-            )
-        except httpx.TransportError as exc:
-            failure = error_from_transport(exc, operation)
+        while True:
+            if fence is not None:
+                await fence.ready()
+            try:
+                return await self._http.request(
+                    method,
+                    url,
+                    params=tuple(params) if params else None,
+                    content=content,
+                    headers=headers,
+                    extensions=extensions,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except SendHeld:  # nothing was sent: wait until the fence lets it go
+                self.stats.held_writes += 1
+            except httpx.TransportError as exc:
+                failure = error_from_transport(exc, operation)
+                break
         # raised outside ``except`` so the httpx error (and its request headers) is not chained
         raise failure
 
