@@ -88,7 +88,7 @@ class PrefectServer:
     def launch(self) -> ChildProcess:
         """Start the process without waiting; ``AuthError`` beyond loopback without auth."""
         env = self.env()
-        command = [sys.executable, "-m", "prefect", "server"]
+        command = [sys.executable, "-m", "deployments.prefect_entry", "server"]
         if self.options.role == "services":
             command += ["services", "start"]
         else:
