@@ -2,8 +2,11 @@
 
 The attempt's identity is the Running state the engine entered: while the server's current state
 is that state, no other attempt has started (Prefect still accepts a stale process's proposals,
-PrefectHQ/prefect#16429). Checks fail closed; a lost attempt raises ``AttemptLost`` at every
-write and the write engine ends it with ``Abort``, which proposes no state
+PrefectHQ/prefect#16429). A background task confirms it every ``CONFIRM_EVERY_SECONDS`` (and sends
+a deployment run's heartbeat over HTTP); a Compliance API write is handed to the socket only
+within ``WRITE_DEADLINE_SECONDS`` of the last confirmation, else it waits. Unconfirmed is not
+lost: the attempt is lost when the server says the run moved on, or when a run crash recovery
+could start again went unconfirmed for longer than crash detection's grace
 (docs/write-flows.md#when-a-run-is-started-again-lost-attempts).
 """
 
@@ -12,170 +15,355 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.context import FlowRunContext
+from prefect.events import Event
 from prefect.exceptions import Abort
 from prefect.logging import get_run_logger
+from prefect.settings import get_current_settings
 
-#: a confirmation is good for this long (crash detection alone waits 90 s by default)
-CONFIRM_SECONDS = 1.0
-#: a process that cannot confirm for this long treats its attempt as lost (fails closed)
-UNCONFIRMED_LIMIT_SECONDS = 30.0
-#: one check's time limit; the next one follows after ``RECHECK_SECONDS``
-CHECK_TIMEOUT_SECONDS = 5.0
-RECHECK_SECONDS = 1.0
+from compliance_api.write_fence import SendHeld
+from runtime.events import EventSink
+
+#: a write leaves only this long after the check that last confirmed the attempt was asked
+WRITE_DEADLINE_SECONDS = 10.0
+#: how often the background task confirms the attempt
+CONFIRM_EVERY_SECONDS = 2.0
+#: one check's time limit (a slower answer is no answer; the next check follows at once)
+CHECK_TIMEOUT_SECONDS = 8.0
+#: a write waits for a confirmation younger than this, so it still leaves in time
+FRESH_SECONDS = WRITE_DEADLINE_SECONDS / 2
+#: beyond the deadline: time for a write an earlier attempt handed to its socket to arrive
+STALE_WRITE_MARGIN_SECONDS = 5.0
+#: a run that waits for confirmation says so this often
+WAIT_NOTICE_SECONDS = 30.0
 
 P = ParamSpec("P")
 R = TypeVar("R")
+_log = logging.getLogger(__name__)
 
 
 class AttemptLost(Exception):
     """This process no longer runs its flow run: it must not write or report anything more."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Attempt:
     """This process's attempt at a flow run: the run's id and the Running state it entered."""
 
     flow_run_id: UUID
     state_id: UUID
     run_count: int
-    #: when the server last confirmed the attempt (monotonic seconds)
-    confirmed_at: float = field(default_factory=time.monotonic)
+    #: seconds unconfirmed after which someone may have started the run again (crash detection's
+    #: grace, for a deployment's run); None: no one can, so the attempt waits as long as it takes
+    restart_after: float | None = None
+    #: send the run's heartbeat event this often (a deployment run with heartbeats on)
+    heartbeat_every: float | None = None
+    #: when the check that last confirmed the attempt was asked (monotonic; -inf: never)
+    confirmed_at: float = float("-inf")
+    #: when the attempt began (monotonic): unconfirmed time counts from here before the first check
+    began_at: float = field(default_factory=time.monotonic)
     #: why the attempt is lost (None while it is current)
     lost: str | None = None
-    _checking: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    #: the oldest confirmation a write was handed to the socket with (seconds)
+    longest_send_age: float = 0.0
+    _news: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _prompt: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _task: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    async def ensure_current(self, *, fresh: bool = False) -> None:
-        """Raise :class:`AttemptLost` unless the run is still this attempt's (``fresh``: ask the
-        server now instead of trusting a recent confirmation)."""
+    def age(self) -> float:
+        """Seconds since the check that last confirmed the attempt was asked."""
+        return time.monotonic() - self.confirmed_at
+
+    async def ready(self) -> None:
+        """Return once the attempt was confirmed within ``FRESH_SECONDS``: waits while the server
+        cannot confirm it; ``AttemptLost`` once it is lost."""
+        while True:
+            if self.lost is not None:
+                raise AttemptLost(self.lost)
+            if self.age() < FRESH_SECONDS:
+                return
+            await self._next_news()
+
+    async def confirm_now(self) -> None:
+        """Ask the server now (waiting while it cannot answer); ``AttemptLost`` if the run moved
+        on. For what outlives the run: the results, events, checkpoints, the final state."""
         asked = time.monotonic()
-        needed = asked if fresh else asked - CONFIRM_SECONDS
-        if self.lost is None and self.confirmed_at > needed:
-            return
-        async with self._checking:  # concurrent writers share one check
-            while self.lost is None and self.confirmed_at <= needed:
-                await self._check_once()
+        while self.lost is None and self.confirmed_at < asked:
+            self._prompt.set()
+            await self._next_news()
         if self.lost is not None:
             raise AttemptLost(self.lost)
 
-    async def _check_once(self) -> None:
+    async def outlast_stale_writes(self) -> None:
+        """Return once a write an earlier attempt may still have sent has reached the service:
+        that attempt's last confirmation preceded this one, and its writes leave within
+        ``WRITE_DEADLINE_SECONDS`` of it (plus ``STALE_WRITE_MARGIN_SECONDS`` on the wire)."""
+        end = self.began_at + WRITE_DEADLINE_SECONDS + STALE_WRITE_MARGIN_SECONDS
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+
+    def check_send(self) -> None:
+        """At the moment a write is handed to the socket: ``SendHeld`` unless the attempt was
+        confirmed within ``WRITE_DEADLINE_SECONDS``."""
+        age = self.age()
+        if self.lost is not None or age > WRITE_DEADLINE_SECONDS:
+            raise SendHeld(f"flow run {self.flow_run_id} not confirmed for {age:.1f} s")
+        self.longest_send_age = max(self.longest_send_age, age)
+
+    async def _next_news(self) -> None:
+        self.start()
+        news = self._news
+        await news.wait()
+
+    def _publish(self) -> None:
+        news, self._news = self._news, asyncio.Event()
+        news.set()
+
+    def start(self) -> None:
+        """Start the background confirmation (once; ``stop()`` ends it)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._confirm_until_lost())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+
+    async def _confirm_until_lost(self) -> None:
+        heartbeat_due = time.monotonic()
+        notice_due = time.monotonic() + WAIT_NOTICE_SECONDS
+        async with get_client() as client, EventSink() as events:
+            while self.lost is None:
+                error = await self._check(client)
+                now = time.monotonic()
+                if error is not None and now >= notice_due:
+                    notice_due = now + WAIT_NOTICE_SECONDS
+                    self._warn(
+                        "The Prefect server has not confirmed flow run %s for %.0f s (%s): no "
+                        "write is sent until it does",
+                        self.flow_run_id,
+                        now - max(self.confirmed_at, self.began_at),
+                        error,
+                    )
+                self._publish()
+                if self.lost is not None:
+                    return
+                beat = self.heartbeat_every
+                if beat is not None and now >= heartbeat_due and await self._heartbeat(events):
+                    heartbeat_due = now + beat
+                if error is None:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(CONFIRM_EVERY_SECONDS):
+                            await self._prompt.wait()
+                self._prompt.clear()
+
+    async def _check(self, client: PrefectClient) -> str | None:
+        """One check; what kept it from confirming the attempt (None: confirmed or lost)."""
+        asked = time.monotonic()
         try:
-            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS), get_client() as client:
+            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
                 run = await client.read_flow_run(self.flow_run_id)
-        except Exception as error:  # unreachable or busy: not confirmed, maybe lost
-            unconfirmed = time.monotonic() - self.confirmed_at
-            if unconfirmed >= UNCONFIRMED_LIMIT_SECONDS:
+        except Exception as error:  # unreachable or busy: unknown, not lost
+            unconfirmed = time.monotonic() - max(self.confirmed_at, self.began_at)
+            if self.restart_after is not None and unconfirmed > self.restart_after:
                 self._lose(
-                    f"the Prefect server could not confirm this run for {unconfirmed:.0f} s "
+                    f"the Prefect server could not confirm this run for {unconfirmed:.0f} s, "
+                    f"longer than crash detection's {self.restart_after:.0f} s "
                     f"({type(error).__name__}); it may have been started again elsewhere"
                 )
-            else:
-                await asyncio.sleep(RECHECK_SECONDS)
-            return
+                return None
+            await asyncio.sleep(min(1.0, CONFIRM_EVERY_SECONDS))
+            return f"{type(error).__name__}: {error}".rstrip(": ")
         state = run.state
         if state is not None and state.id == self.state_id:
-            self.confirmed_at = time.monotonic()
-            return
+            self.confirmed_at = max(self.confirmed_at, asked)
+            return None
         now = f"{state.name} (state {state.id})" if state is not None else "without a state"
         self._lose(
             f"the run is {now}, run count {run.run_count}; this process started attempt "
             f"{self.run_count} (state {self.state_id})"
         )
+        return None
+
+    async def _heartbeat(self, events: EventSink) -> bool:
+        """The run's heartbeat over HTTP (Prefect's own goes over a websocket that drops events
+        when the server is busy): crash detection hears a live run as long as it can confirm."""
+        event = Event(
+            event="prefect.flow-run.heartbeat",
+            resource={"prefect.resource.id": f"prefect.flow-run.{self.flow_run_id}"},
+        )
+        try:
+            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+                await events.send([event])
+        except Exception:
+            _log.debug("Heartbeat of flow run %s not sent", self.flow_run_id, exc_info=True)
+            return False
+        return True
 
     def _lose(self, reason: str) -> None:
         self.lost = f"Flow run {self.flow_run_id} is no longer this process's: {reason}"
-        with contextlib.suppress(Exception):  # no run logger outside a run
-            get_run_logger().warning("%s. Stopping without writing anything more.", self.lost)
+        self._warn("%s. Stopping without writing anything more.", self.lost)
+
+    @staticmethod
+    def _warn(message: str, *args: Any) -> None:
+        try:
+            get_run_logger().warning(message, *args)
+        except Exception:  # no run logger outside a run
+            _log.warning(message, *args)
 
 
 _current: ContextVar[Attempt | None] = ContextVar("compliance_attempt", default=None)
 
 
-def this_attempt() -> Attempt | None:
+async def this_attempt() -> Attempt | None:
     """The attempt of the flow run this code runs in (None outside a flow run)."""
     context = FlowRunContext.get()
     run = context.flow_run if context is not None else None
     if run is None or run.state is None:
         return None
     attempt = _current.get()
-    if attempt is None or attempt.flow_run_id != run.id or attempt.state_id != run.state.id:
-        attempt = Attempt(flow_run_id=run.id, state_id=run.state.id, run_count=run.run_count)
+    if attempt is not None and attempt.flow_run_id == run.id and attempt.state_id == run.state.id:
+        return attempt
+    attempt = Attempt(flow_run_id=run.id, state_id=run.state.id, run_count=run.run_count)
+    if run.deployment_id is not None:  # crash detection and recovery may start it again
+        attempt.restart_after = await crash_detection_grace()
+        heartbeat = get_current_settings().flows.heartbeat_frequency
+        attempt.heartbeat_every = float(heartbeat) if heartbeat else None
     return attempt
+
+
+#: the grace assumed when the server's automations cannot be read
+DEFAULT_RESTART_AFTER_SECONDS = 90.0
+
+
+#: the grace read from the server, and when (monotonic): read again after ``GRACE_KEPT_SECONDS``
+_grace: tuple[float | None, float] | None = None
+GRACE_KEPT_SECONDS = 300.0
+
+
+async def crash_detection_grace() -> float | None:
+    """The shortest ``within`` of the server's automations that mark flow runs Crashed: how long
+    a run can go unheard before it may be started again. None: no such automation."""
+    global _grace
+    if _grace is not None and time.monotonic() - _grace[1] < GRACE_KEPT_SECONDS:
+        return _grace[0]
+    grace = await _read_crash_detection_grace()
+    _grace = (grace, time.monotonic())
+    return grace
+
+
+async def _read_crash_detection_grace() -> float | None:
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS), get_client() as client:
+            automations = await client.read_automations()
+    except Exception:  # busy: assume the project's default rather than wait
+        _log.debug("Automations not read; crash detection's grace assumed", exc_info=True)
+        return DEFAULT_RESTART_AFTER_SECONDS
+    graces = [
+        within.total_seconds()
+        for automation in automations
+        if any(_marks_crashed(action) for action in automation.actions)
+        and (within := getattr(automation.trigger, "within", None)) is not None
+    ]
+    return min(graces, default=None)
+
+
+def _marks_crashed(action: Any) -> bool:
+    state = getattr(action, "state", None)
+    return (
+        getattr(action, "type", None) == "change-flow-run-state"
+        and str(getattr(state, "value", state)).upper() == "CRASHED"
+    )
 
 
 @asynccontextmanager
 async def fenced() -> AsyncIterator[Attempt | None]:
-    """Fence every Compliance API write made in the body (``guard_write``) by this attempt."""
-    attempt = this_attempt()
+    """Confirm this attempt in the background while the body runs; every Compliance API write
+    made in it waits for a recent confirmation (``WRITE_FENCE``)."""
+    attempt = await this_attempt()
     token = _current.set(attempt)
+    if attempt is not None:
+        attempt.start()
     try:
         yield attempt
     finally:
         _current.reset(token)
+        if attempt is not None:
+            await attempt.stop()
+
+
+def restartable() -> bool:
+    """True in a deployment's flow run: crash recovery may start it again elsewhere."""
+    context = FlowRunContext.get()
+    return (
+        context is not None
+        and context.flow_run is not None
+        and (context.flow_run.deployment_id is not None)
+    )
 
 
 def abort_when_lost(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """``function``, ending with ``Abort`` (no state proposed) where it raises ``AttemptLost``."""
+    """``function``; where it raises ``AttemptLost`` in a deployment's run, ``Abort`` instead (the
+    flow-run process ends and proposes no state). Elsewhere (a direct call) ``AttemptLost`` stays
+    an ordinary exception for the caller; the server keeps the state that replaced ours."""
 
     @functools.wraps(function)
     async def aborting(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await function(*args, **kwargs)
         except AttemptLost as lost:
-            raise Abort(str(lost)) from None
+            if restartable():
+                raise Abort(str(lost)) from None
+            raise
 
     return aborting
 
 
+async def confirm_attempt() -> None:
+    """``AttemptLost`` if the run is no longer ours (asks the server now); call it before
+    anything that outlives the run (results, events, a checkpoint, the final state)."""
+    attempt = _current.get() or await this_attempt()
+    if attempt is None:
+        return
+    try:
+        await attempt.confirm_now()
+    finally:
+        if _current.get() is not attempt:
+            await attempt.stop()
+
+
 @abort_when_lost
 async def abort_if_lost() -> None:
-    """``Abort`` (no state proposed) if the run is no longer ours; call it before anything that
-    outlives the run (a checkpoint, the final state)."""
-    attempt = _current.get() or this_attempt()
-    if attempt is not None:
-        await attempt.ensure_current(fresh=True)
+    """:func:`confirm_attempt`, ending a deployment's lost attempt with ``Abort`` (no state)."""
+    await confirm_attempt()
 
 
-#: a claim's confirmation lets its first write through without a check for this long
-TICKET_SECONDS = 10.0
+class _CurrentAttemptFence:
+    """The client's write fence (``compliance_api.write_fence``) for the current attempt: writes
+    wait for a recent confirmation and leave within the deadline; no attempt, no fence."""
+
+    send_timeout = FRESH_SECONDS
+
+    async def ready(self) -> None:
+        attempt = _current.get()
+        if attempt is not None:
+            await attempt.ready()
+
+    def check_send(self) -> None:
+        attempt = _current.get()
+        if attempt is not None:
+            attempt.check_send()
 
 
-@dataclass
-class _Ticket:
-    unused: bool = True
-    issued_at: float = field(default_factory=time.monotonic)
-
-
-_ticket: ContextVar[_Ticket | None] = ContextVar("compliance_claimed_write", default=None)
-
-
-@contextlib.contextmanager
-def claimed() -> Iterator[None]:
-    """The body's first write was just confirmed (its claim recorded): it skips the check if it
-    follows within ``TICKET_SECONDS``."""
-    token = _ticket.set(_Ticket())
-    try:
-        yield
-    finally:
-        _ticket.reset(token)
-
-
-async def guard_write() -> None:
-    """The client's write guard: ``AttemptLost`` instead of a write by a lost attempt."""
-    ticket = _ticket.get()
-    if ticket is not None and ticket.unused:
-        ticket.unused = False
-        if time.monotonic() - ticket.issued_at < TICKET_SECONDS:
-            return
-    attempt = _current.get()
-    if attempt is not None:
-        await attempt.ensure_current()
+WRITE_FENCE = _CurrentAttemptFence()

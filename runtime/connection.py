@@ -4,7 +4,7 @@ The client shares its process's token broker per customer key (one token in memo
 at a time; one stored token across processes). Backends: the rate limiter is the Prefect global
 concurrency limit when a Prefect API is configured, else a file limiter; store and lock follow
 ``COMPLIANCE_TOKEN_STORE`` (docs/shared-token.md#storage-and-locks). Every write, retries
-included, first passes ``runtime.attempts.guard_write``; each client retry is logged on the run.
+included, waits at ``runtime.attempts.WRITE_FENCE``; each client retry is logged on the run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from prefect.settings import get_current_settings
 from compliance_api.client import ComplianceClient
 from compliance_api.settings import Settings
 from compliance_api.tokens import CustomerKey, TokenBroker, broker_from_settings
-from runtime.attempts import guard_write
+from runtime.attempts import WRITE_FENCE
 from runtime.credentials import forget_credentials, load_run_settings, run_settings
 from runtime.retries import log_client_retry
 from runtime.settings import runtime_settings
@@ -67,6 +67,6 @@ async def compliance_client(settings: Settings | None = None) -> AsyncIterator[C
     settings = settings or await load_run_settings()
     on_retry = log_client_retry(settings.max_retries + 1)
     async with ComplianceClient.from_settings(
-        settings, shared_broker(settings), on_retry=on_retry, write_guard=guard_write
+        settings, shared_broker(settings), on_retry=on_retry, write_fence=WRITE_FENCE
     ) as client:
         yield client

@@ -7,6 +7,7 @@ deterministic, so the server dedupes a batch re-sent after a crash (docs/read-fl
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any, Self
@@ -14,13 +15,17 @@ from typing import Any, Self
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.events import Event, RelatedResource
 from prefect.events.related import related_resources_from_run_context
+from prefect.logging import get_run_logger
 from prefect.settings import get_current_settings
+from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential
 
 #: namespace of every event id this project derives (never change it: ids must stay stable)
 EVENT_ID_NAMESPACE = uuid.UUID("5d0c6f7e-2b1a-4c55-9a51-6f1f8e7a9c11")
 
 #: events per POST; keeps request bodies small however big a page is
 POST_BATCH = 100
+#: tries of :func:`deliver` (each with the Prefect client's own retries of a busy server)
+DELIVERY_TRIES = 4
 
 
 def deterministic_event_id(*parts: str) -> uuid.UUID:
@@ -66,3 +71,27 @@ def _with_context(event: Event, context: list[RelatedResource]) -> dict[str, Any
     maximum = get_current_settings().server.events.maximum_related_resources
     related = (list(event.related) + extra)[:maximum]
     return event.model_copy(update={"related": related}).model_dump(mode="json")
+
+
+async def deliver(events: Sequence[Event], what: str) -> bool:
+    """Send ``events`` (the Prefect client retries a busy server; then up to ``DELIVERY_TRIES``
+    tries in all); False, with a warning on the run naming ``what`` was lost, if they could not
+    be. For events automations act on, which ``emit_event`` would drop when its socket fails."""
+    try:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(DELIVERY_TRIES),
+            wait=wait_exponential(multiplier=1, max=15),
+            reraise=True,
+        ):
+            with attempt:
+                async with EventSink() as sink:
+                    await sink.send(events)
+    except Exception as error:
+        message = "The Prefect server did not take %s after %d tries (%s: %s)"
+        args = (what, DELIVERY_TRIES, type(error).__name__, error)
+        try:
+            get_run_logger().error(message, *args)
+        except Exception:  # no run logger outside a run
+            logging.getLogger(__name__).error(message, *args)
+        return False
+    return True

@@ -25,8 +25,9 @@ from prefect.client.schemas.filters import (
     ArtifactFilterKey,
 )
 from prefect.client.schemas.sorting import ArtifactSort
-from prefect.events import emit_event
+from prefect.events import Event
 
+from runtime.events import deliver
 from write_engine.outcomes import AnyResult, Outcome, RunSummary
 
 #: key prefix of the artifact that lists a run's failed items with their rerun inputs
@@ -209,16 +210,17 @@ def _rows(data: Any) -> list[dict[str, Any]]:
     return []
 
 
-def emit_failed_items_event(flow_key: str, summary: RunSummary) -> None:
+async def emit_failed_items_event(flow_key: str, summary: RunSummary) -> None:
     """Tell automations this run left failed items; ``RETRYABLE_LABEL`` says whether any failed
-    transiently, so an automatic rerun can leave refusals to a person."""
+    transiently, so an automatic rerun can leave refusals to a person. Sent over HTTP and
+    acknowledged; if it cannot be, the run's log says that no automatic rerun will follow."""
     if not summary.failed or summary.flow_run_id is None:
         return
     by_outcome = {
         outcome.value: n for outcome, n in summary.counts.items() if outcome.is_failure and n
     }
     retryable = summary.counts.get(Outcome.FAILED_RETRYABLE, 0)
-    emit_event(
+    event = Event(
         event=FAILED_ITEMS_EVENT,
         resource={
             "prefect.resource.id": f"prefect.flow-run.{summary.flow_run_id}",
@@ -238,3 +240,6 @@ def emit_failed_items_event(flow_key: str, summary: RunSummary) -> None:
         },
         id=uuid.uuid5(_EVENT_NAMESPACE, f"{FAILED_ITEMS_EVENT}:{summary.flow_run_id}"),
     )
+    hint = rerun_hint(summary.flow_run_id)
+    what = f"the {FAILED_ITEMS_EVENT} event: no automatic rerun follows; {hint}"
+    await deliver([event], what)

@@ -31,14 +31,7 @@ from compliance_api.errors import (
     ServerError,
     TransportError,
 )
-from runtime.attempts import (
-    Attempt,
-    AttemptLost,
-    abort_if_lost,
-    abort_when_lost,
-    claimed,
-    fenced,
-)
+from runtime.attempts import Attempt, AttemptLost, abort_when_lost, fenced
 from runtime.connection import compliance_client
 from tasks.token import get_shared_access_token
 from write_engine.approval import (
@@ -221,6 +214,8 @@ async def run_write_job(
                 job.flow_key, items, job.plan_groups, lambda: _plan_all(job, units), approval
             )
             if not decision.approved:
+                if fence is not None:
+                    await fence.confirm_now()
                 return await _rejected(job, parsed, decision, rerun_of=rerun_of, attempt=attempt)
             logger.info("Applying %d approved item(s)", len(items))
             await obtain_token_first()
@@ -236,24 +231,35 @@ async def run_write_job(
         else:  # only carried failures: nothing to send
             results = []
             await progress.finish()
-    if not dry_run:
-        await abort_if_lost()  # a lost attempt reports nothing and proposes no final state
-
-    if carried:
-        results = [*results, *carried]
-    summary = _summary(job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt)
-    summary.approval = decision
-    await publish_results_table(job.flow_key, summary, results)
-    if not dry_run:
-        await publish_failed_items(job.flow_key, summary)
-        emit_failed_items_event(job.flow_key, summary)
-    _log_outcome(summary)
-    if record is not None:
-        await record.forget()
+        # what outlives the run is written by a confirmed attempt only: a lost one reports
+        # nothing and proposes no final state
+        confirmed = fence.confirm_now if fence is not None and not dry_run else _nothing
+        if carried:
+            results = [*results, *carried]
+        summary = _summary(
+            job, parsed, results, dry_run=dry_run, rerun_of=rerun_of, attempt=attempt
+        )
+        summary.approval = decision
+        await confirmed()
+        await publish_results_table(job.flow_key, summary, results)
+        if not dry_run:
+            await confirmed()
+            await publish_failed_items(job.flow_key, summary)
+            await confirmed()
+            await emit_failed_items_event(job.flow_key, summary)
+        _log_outcome(summary)
+        if record is not None:
+            await confirmed()
+            await record.forget()
+        await confirmed()
     if summary.failed:
         failed = ItemsFailed(summary)
         return Failed(message=str(failed), data=failed)
     return summary
+
+
+async def _nothing() -> None:
+    """No confirmation needed (a dry run, or no flow run)."""
 
 
 def _plan_all(job: WriteJob[ItemT], units: Sequence[Sequence[ItemT]]) -> list[AnyResult]:
@@ -352,6 +358,7 @@ async def _settle_earlier(
     done = len(settled)
     applied: set[int] | None = None
     if unknown:
+        await record.attempt.outlast_stale_writes()  # a late write of theirs lands first
         since = record.started_at - CLOCK_MARGIN
         try:
             applied = await job.applied_by_lost_attempt(client, [units[i] for i in unknown], since)
@@ -431,8 +438,7 @@ async def _send_unit(
             reason = f"not sent: the Prefect server did not record it ({describe_error(error)})"
             return [_failed_row(item, Outcome.FAILED_RETRYABLE, reason) for item in unit]
     try:
-        with claimed() if record is not None else nullcontext():
-            results = await job.apply(client, unit)
+        results = await job.apply(client, unit)
     except Exception as error:  # a bug or an unforeseen error fails its items only
         results = [failure(item, error) for item in unit]
     if record is not None:

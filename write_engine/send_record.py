@@ -16,6 +16,7 @@ from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
 from runtime.attempts import Attempt
+from runtime.variables import put_variable
 from write_engine.inputs import ItemInput
 from write_engine.outcomes import AnyResult, Outcome
 
@@ -170,7 +171,7 @@ class SendRecord:
     async def claim(self, index: int) -> None:
         """Return once the unit is claimed on the server (``AttemptLost`` if the run is no longer
         this process's); the next window is written in the background when half is used."""
-        await self.attempt.ensure_current()
+        await self.attempt.ready()
         position = self._position[index]
         if position + self.window // 2 >= self._claimed:
             self._claim_through(position + 1 + self.window)
@@ -202,13 +203,13 @@ class SendRecord:
         async with self._saving:  # concurrent claims share the write that covers them
             if self._saved >= change:
                 return
-            await self.attempt.ensure_current()
+            await self.attempt.ready()
             covered, claimed = self._changes, self._claimed
             value = self._value()
             if len(size := value.model_dump_json()) > MAX_RECORD_CHARS:
                 raise RecordFull(f"the send record of this run is full ({len(size)} characters)")
             name = record_name(self.attempt, self.attempt.run_count)
-            await Variable.aset(name, value.model_dump(mode="json"), overwrite=True)
+            await put_variable(name, value.model_dump(mode="json"))
             self._saved, self._claimed_saved = covered, claimed
 
     def _value(self) -> SendRecordValue:

@@ -17,15 +17,20 @@ import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.exceptions import Abort
 from prefect.flow_engine import run_flow_async
 from prefect.states import AwaitingRetry, Crashed
 from prefect.variables import Variable
 
 from audit_log.checkpoints import EventLogCheckpoint, VariableCheckpointStore
+from compliance_api.client import ComplianceClient
+from compliance_api.write_fence import SendHeld
 from flows.add_people_to_groups import add_people_to_groups
 from flows.promote_vendors import VendorPromotion, promote_discovered_vendors, read_vendor_items
+from runtime import attempts
 from runtime.attempts import Attempt, AttemptLost
+from runtime.connection import shared_broker
+from runtime.credentials import load_run_settings
+from runtime.variables import put_variable
 from sandbox.runner import SandboxHandle
 from tests.fixtures.runs import artifacts_of, unique_name
 from write_engine.outcomes import ItemsFailed, Outcome, RunSummary
@@ -41,6 +46,16 @@ from write_engine.send_record import (
 ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
 
 
+@pytest.fixture(autouse=True)
+def quick_fence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shorter fence timers (the tests are about what a lost attempt does, not how fast it learns
+    it): confirmations every 0.3 s, writes within 2 s of one, a next attempt waits 2.5 s."""
+    monkeypatch.setattr(attempts, "CONFIRM_EVERY_SECONDS", 0.3)
+    monkeypatch.setattr(attempts, "WRITE_DEADLINE_SECONDS", 2.0)
+    monkeypatch.setattr(attempts, "FRESH_SECONDS", 1.0)
+    monkeypatch.setattr(attempts, "STALE_WRITE_MARGIN_SECONDS", 0.5)
+
+
 def writes(sandbox: SandboxHandle) -> dict[str, int]:
     return dict(sandbox.control.stats()["write_counts"].get("add_to_managed", {}))
 
@@ -53,7 +68,7 @@ async def new_run(ids: list[str], concurrency: int = 2) -> FlowRun:
         )
 
 
-async def attempt(run: FlowRun, flow: Any = promote_discovered_vendors) -> Any:
+async def attempt(run: FlowRun, flow: Any = promote_discovered_vendors, **options: Any) -> Any:
     """One attempt of ``run`` in this process, as a worker's flow-run process would make it."""
     async with get_client() as client:
         current = await client.read_flow_run(run.id)
@@ -61,7 +76,7 @@ async def attempt(run: FlowRun, flow: Any = promote_discovered_vendors) -> Any:
         flow,
         flow_run=current,
         parameters=current.parameters,
-        return_type="state",
+        return_type=options.get("return_type", "state"),
     )
 
 
@@ -90,10 +105,13 @@ async def lose_after(sandbox: SandboxHandle, run_id: uuid.UUID, sent: int) -> No
 
 async def lost_first_attempt(sandbox: SandboxHandle, ids: list[str], sent: int) -> FlowRun:
     """A promotion of ``ids`` whose first attempt is lost once ``sent`` calls were made."""
-    sandbox.control.set_fault(ROUTE, latency_ms=150)
+    sandbox.control.set_fault(ROUTE, latency_ms=400)
     run = await new_run(ids)
-    with pytest.raises(Abort, match="no longer this process's"):
-        await asyncio.gather(attempt(run), lose_after(sandbox, run.id, sent))
+    # a run outside a deployment: an ordinary exception for its caller, never Prefect's Abort
+    with pytest.raises(AttemptLost, match="no longer this process's"):
+        await asyncio.gather(attempt(run, return_type="result"), lose_after(sandbox, run.id, sent))
+    state = await read_state(run.id)  # the engine's Failed was refused: crash detection's kept
+    assert (state.type, state.message) == (StateType.CRASHED, "no heartbeat")
     return run
 
 
@@ -150,8 +168,8 @@ async def test_people_added_by_a_lost_attempt_are_not_added_again(
             await asyncio.sleep(0.05)
         await crash_and_reschedule(run.id, reschedule=False)
 
-    with pytest.raises(Abort):
-        await asyncio.gather(attempt(run, add_people_to_groups), lose_after_first_call())
+    lost, _ = await asyncio.gather(attempt(run, add_people_to_groups), lose_after_first_call())
+    assert lost.type is StateType.CRASHED
     await crash_and_reschedule(run.id)
 
     state = await attempt(run, add_people_to_groups)
@@ -247,18 +265,114 @@ async def test_a_changed_list_is_refused_before_any_write(
     assert writes(flows_env) == {}
 
 
-async def test_an_unreachable_server_loses_the_attempt_after_the_limit(
+async def test_an_unreachable_server_loses_a_restartable_attempt_after_the_grace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runtime import attempts
-
-    monkeypatch.setattr(attempts, "UNCONFIRMED_LIMIT_SECONDS", 0.0)
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # nothing listens
-    lost = Attempt(flow_run_id=uuid.uuid4(), state_id=uuid.uuid4(), run_count=1)
-    with pytest.raises(AttemptLost, match="could not confirm"):
-        await lost.ensure_current(fresh=True)
-    with pytest.raises(AttemptLost):  # and stays lost, without asking again
-        await lost.ensure_current()
+    lost = Attempt(flow_run_id=uuid.uuid4(), state_id=uuid.uuid4(), run_count=1, restart_after=0.5)
+    try:
+        with pytest.raises(AttemptLost, match="could not confirm this run"):
+            await lost.confirm_now()
+        with pytest.raises(AttemptLost):  # and stays lost
+            await lost.ready()
+    finally:
+        await lost.stop()
+
+
+async def test_an_unconfirmed_run_no_one_can_restart_waits_instead_of_aborting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A direct call (no deployment: no one can start it again) is never lost for slowness: its
+    writes wait, however long the server stays silent."""
+    monkeypatch.setattr(attempts, "CONFIRM_EVERY_SECONDS", 0.1)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    waiting = Attempt(flow_run_id=uuid.uuid4(), state_id=uuid.uuid4(), run_count=1)
+    try:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2.5):
+                await waiting.ready()
+        assert waiting.lost is None
+    finally:
+        await waiting.stop()
+
+
+def test_a_write_leaves_only_within_the_deadline_of_its_confirmation() -> None:
+    current = Attempt(flow_run_id=uuid.uuid4(), state_id=uuid.uuid4(), run_count=1)
+    with pytest.raises(SendHeld):  # never confirmed
+        current.check_send()
+    current.confirmed_at = attempts.time.monotonic() - attempts.WRITE_DEADLINE_SECONDS - 0.1
+    with pytest.raises(SendHeld):
+        current.check_send()
+    current.confirmed_at = attempts.time.monotonic() - 1.0
+    current.check_send()
+    assert 1.0 <= current.longest_send_age < attempts.WRITE_DEADLINE_SECONDS
+
+
+class HeldOnce:
+    """A write fence that holds the first write at the socket, then lets writes go."""
+
+    send_timeout = 5.0
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    async def ready(self) -> None:
+        return None
+
+    def check_send(self) -> None:
+        self.checks += 1
+        if self.checks == 1:
+            raise SendHeld("confirmation too old")
+
+
+async def test_a_write_held_at_the_socket_is_sent_once_the_fence_lets_it(
+    flows_env: SandboxHandle, seed: dict[str, Any]
+) -> None:
+    """Held before its first byte, the create is not lost and not sent twice."""
+    (vendor,) = seed["discovered_vendors"][:1]
+    settings = await load_run_settings()
+    fence = HeldOnce()
+    async with ComplianceClient.from_settings(
+        settings, shared_broker(settings), write_fence=fence
+    ) as client:
+        await client.add_discovered_vendor_to_managed(vendor)
+        assert client.stats.held_writes == 1
+    assert fence.checks == 2
+    assert writes(flows_env) == {vendor: 1}
+
+
+async def test_concurrent_writers_of_one_record_all_succeed(prefect_server: None) -> None:
+    """Variable.aset(overwrite=True) reads, then creates: two writers raced to
+    ObjectAlreadyExists. ``put_variable`` treats a create that already happened as an update."""
+    name = unique_name("compliance_test_record")
+    await asyncio.gather(*(put_variable(name, {"n": n}) for n in range(12)))
+    assert (await Variable.aget(name))["n"] in range(12)
+    await put_variable(name, {"n": 99})
+    assert await Variable.aget(name) == {"n": 99}
+    await Variable.aunset(name)
+
+
+async def test_a_finished_run_stays_finished(prefect_server: None) -> None:
+    """What a stale process, or Prefect's own crash handling (force=True), proposes after the run
+    finished is refused; a run that did not complete may still be started again."""
+    from prefect.states import Completed, Failed, Running
+
+    async with get_client() as client:
+        completed = await client.create_flow_run(promote_discovered_vendors, parameters={})
+        failed = await client.create_flow_run(promote_discovered_vendors, parameters={})
+        for run, end in ((completed, Completed()), (failed, Failed())):
+            await client.set_flow_run_state(run.id, Running(), force=True)
+            await client.set_flow_run_state(run.id, end, force=True)
+        for proposal in (Crashed(), Running(), Failed(), AwaitingRetry()):
+            for force in (True, False):
+                await client.set_flow_run_state(completed.id, proposal, force=force)
+                assert (await read_state(completed.id)).type is StateType.COMPLETED
+        await client.set_flow_run_state(failed.id, Crashed(), force=True)
+        assert (await read_state(failed.id)).type is StateType.FAILED
+        await client.set_flow_run_state(
+            failed.id, AwaitingRetry(scheduled_time=datetime.now(UTC)), force=True
+        )
+        assert (await read_state(failed.id)).type is StateType.SCHEDULED
 
 
 def test_index_ranges_round_trip() -> None:
