@@ -7,11 +7,14 @@ Design: docs/read-flows.md#checkpoint-and-exactly-once-design.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import VariableCreate
+from prefect.exceptions import ObjectAlreadyExists
 from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
@@ -118,26 +121,77 @@ class EventLogCheckpoint(BaseModel):
 
 
 class VariableCheckpointStore:
-    """A checkpoint in one Prefect Variable (JSON), shared by every worker."""
+    """A checkpoint in Prefect Variables, shared by every worker, that only moves forward.
+
+    Prefect Variables have no compare-and-set (``Variable.aset`` reads, then writes: a slower
+    saver moves a faster one's checkpoint back). So each save creates a Variable of its own,
+    ``<name>__<position>``, whose suffix orders checkpoints as :meth:`EventLogCheckpoint.behind`
+    does; creating is atomic, the furthest one is the checkpoint, and a saver removes only those
+    behind its own, so however savers interleave the furthest stays.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.prefix = f"{name}__"
 
     async def load(self) -> EventLogCheckpoint | None:
-        value = await Variable.aget(self.name)
-        return None if value is None else EventLogCheckpoint.model_validate(value)
+        stored = await self._stored()
+        return stored[-1][1] if stored else None
 
     async def save(self, checkpoint: EventLogCheckpoint, *, forward_only: bool = True) -> bool:
-        """Store ``checkpoint`` unless the stored one got further (then False: catches a late lost
+        """Store ``checkpoint`` unless a stored one got further (then False: catches a late lost
         attempt). ``forward_only=False`` is for a deliberate reset."""
-        stored = await self.load() if forward_only else None
-        if stored is not None and checkpoint.behind(stored):
-            return False
-        await Variable.aset(self.name, checkpoint.model_dump(mode="json"), overwrite=True)
+        if forward_only:
+            stored = await self.load()
+            if stored is not None and checkpoint.behind(stored):
+                return False
+        else:
+            await self.clear()
+        mine = self.prefix + position_key(checkpoint)
+        async with get_client() as client:
+            try:
+                value = checkpoint.model_dump(mode="json")
+                await client.create_variable(VariableCreate(name=mine, value=value))
+            except ObjectAlreadyExists:
+                pass  # a checkpoint at this very position is stored already
+        mine_order = _order(checkpoint)
+        await self._remove(name for name, cp in await self._stored() if _order(cp) < mine_order)
         return True
 
     async def clear(self) -> None:
-        await Variable.aunset(self.name)
+        await self._remove(name for name, _ in await self._stored())
+        await Variable.aunset(self.name)  # a checkpoint kept in one Variable, before versions
+
+    async def _stored(self) -> list[tuple[str, EventLogCheckpoint]]:
+        """Every stored version, the furthest last (one saved before versions counts too)."""
+        async with get_client() as client:
+            response = await client.request(
+                "POST",
+                "/variables/filter",
+                json={"variables": {"name": {"like_": self.name}}},
+            )
+        stored = [
+            (row["name"], EventLogCheckpoint.model_validate(row["value"]))
+            for row in response.json()
+            if row["name"].startswith(self.prefix) or row["name"] == self.name
+        ]
+        return sorted(stored, key=lambda pair: _order(pair[1]))
+
+    async def _remove(self, names: Iterable[str]) -> None:
+        for name in names:
+            await Variable.aunset(name)
+
+
+def position_key(checkpoint: EventLogCheckpoint) -> str:
+    """Digits that sort as checkpoints move forward: resume date (microseconds), entries, pages."""
+    date, entries, pages = _order(checkpoint)
+    return f"{date:020d}_{entries:015d}_{pages:012d}"
+
+
+def _order(checkpoint: EventLogCheckpoint) -> tuple[int, int, int]:
+    resume = checkpoint.resume_date()
+    date = 0 if resume is None else int(resume.timestamp() * 1_000_000)
+    return date, checkpoint.entries_total, checkpoint.pages_total
 
 
 def exclusive_run(name: str, wait_seconds: float) -> AbstractAsyncContextManager[None]:

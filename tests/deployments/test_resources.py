@@ -16,7 +16,7 @@ from audit_log.checkpoints import (
     READER_CHECKPOINT_VARIABLES,
     ROUTE_CHECKPOINT_VARIABLE,
     START_MARGIN,
-    EventLogCheckpoint,
+    VariableCheckpointStore,
 )
 from compliance_api.errors import ConfigurationError
 from deployments.resources import (
@@ -55,19 +55,21 @@ def test_a_bad_work_pool_concurrency_names_the_variable(
 async def test_bootstrap_records_where_every_audit_log_reader_starts_once() -> None:
     """The bridge and the event-triggered write flows start at the same point, once."""
     for name in READER_CHECKPOINT_VARIABLES:
-        await Variable.aunset(name)
+        await VariableCheckpointStore(name).clear()
+    # a checkpoint kept the way it was before versions (one Variable): still the checkpoint
     await Variable.aset(ROUTE_CHECKPOINT_VARIABLE, {"last_event_id": "kept"})
     now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
     said = await ensure_audit_log_starts(now)
     assert BRIDGE_CHECKPOINT_VARIABLE in said and PROMOTE_CHECKPOINT_VARIABLE in said
     assert f"kept audit-log checkpoints {ROUTE_CHECKPOINT_VARIABLE}" in said
     for name in (BRIDGE_CHECKPOINT_VARIABLE, PROMOTE_CHECKPOINT_VARIABLE):
-        stored = EventLogCheckpoint.model_validate(await Variable.aget(name))
+        stored = await VariableCheckpointStore(name).load()
+        assert stored is not None
         assert stored.start_date == now - START_MARGIN and stored.last_event_id is None
     later = datetime(2026, 11, 25, tzinfo=UTC)
     assert (await ensure_audit_log_starts(later)).startswith("kept")
-    kept = EventLogCheckpoint.model_validate(await Variable.aget(BRIDGE_CHECKPOINT_VARIABLE))
-    assert kept.start_date == now - START_MARGIN
+    kept = await VariableCheckpointStore(BRIDGE_CHECKPOINT_VARIABLE).load()
+    assert kept is not None and kept.start_date == now - START_MARGIN
     assert (await Variable.aget(ROUTE_CHECKPOINT_VARIABLE)) == {"last_event_id": "kept"}
     for name in READER_CHECKPOINT_VARIABLES:
-        await Variable.aunset(name)
+        await VariableCheckpointStore(name).clear()
