@@ -73,10 +73,11 @@ def _with_context(event: Event, context: list[RelatedResource]) -> dict[str, Any
     return event.model_copy(update={"related": related}).model_dump(mode="json")
 
 
-async def deliver(events: Sequence[Event], what: str) -> bool:
+async def deliver(events: Sequence[Event], what: str, *, required: bool = False) -> bool:
     """Send ``events`` (the Prefect client retries a busy server; then up to ``DELIVERY_TRIES``
-    tries in all); False, with a warning on the run naming ``what`` was lost, if they could not
-    be. For events automations act on, which ``emit_event`` would drop when its socket fails."""
+    tries in all); False, with an error on the run naming ``what`` was lost, if they could not
+    be (``required``: the last error is raised after that line). For events automations or an
+    audit act on, which ``emit_event`` would drop when its socket fails."""
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(DELIVERY_TRIES),
@@ -93,5 +94,7 @@ async def deliver(events: Sequence[Event], what: str) -> bool:
             get_run_logger().error(message, *args)
         except Exception:  # no run logger outside a run
             logging.getLogger(__name__).error(message, *args)
+        if required:
+            raise
         return False
     return True

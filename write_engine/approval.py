@@ -28,7 +28,7 @@ from prefect.logging import get_run_logger
 from pydantic import BaseModel, Field
 
 from compliance_api.errors import ComplianceError, InputError
-from runtime.events import EventSink, deterministic_event_id
+from runtime.events import deliver, deterministic_event_id
 from runtime.form import NonBlank, form_field
 from write_engine.inputs import ItemInput, ItemT
 from write_engine.outcomes import AnyResult, Approval
@@ -313,8 +313,9 @@ async def _emit_decision(flow_key: str, run_id: Any, decision: Approval) -> None
 
 
 async def _emit(name: str, flow_key: str, run_id: Any, payload: dict[str, Any], key: str) -> None:
-    """Acknowledged by the server before the run goes on (audit trail); the derived id makes a
-    restarted run's repeat a no-op."""
+    """Acknowledged by the server before the run goes on, retried while it is busy: a decision
+    (audit trail) or the run fails; the awaiting-approval notice or the run's log says it was
+    not sent. The derived id makes a restarted run's repeat a no-op."""
     event = Event(
         id=deterministic_event_id(name, str(run_id), key),
         event=name,
@@ -326,5 +327,4 @@ async def _emit(name: str, flow_key: str, run_id: Any, payload: dict[str, Any], 
         },
         payload=payload,
     )
-    async with EventSink() as sink:
-        await sink.send([event])
+    await deliver([event], f"the {name} event of this run", required=name != AWAITING_EVENT)

@@ -13,6 +13,7 @@ from flows import rerun as rerun_module
 from flows.promote_vendors import promote_discovered_vendors
 from flows.rerun import rerun_failed_items
 from runtime.connection import shared_broker
+from runtime.events import EventSink
 from sandbox.apps import DEMO_MANAGE
 from sandbox.runner import SandboxHandle
 from tests.fixtures.flows import MAX_SENDS, run_flow, run_id
@@ -20,6 +21,23 @@ from tests.fixtures.runs import artifacts_of, results_table
 from write_engine import reporting
 
 ROUTE = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-managed"
+
+
+def record_failed_items_events(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The failed-items events runs send (they still reach the server), as JSON."""
+    events: list[dict[str, Any]] = []
+    original = EventSink.send
+
+    async def recording(self: EventSink, batch: Any) -> None:
+        await original(self, batch)
+        events.extend(
+            event.model_dump(mode="json")
+            for event in batch
+            if event.event == reporting.FAILED_ITEMS_EVENT
+        )
+
+    monkeypatch.setattr(EventSink, "send", recording)
+    return events
 
 
 async def test_rejects_bad_ids_unknown_runs_and_too_many_attempts(
@@ -53,8 +71,7 @@ async def test_dry_run_leaves_nothing_to_rerun(
 async def test_rerun_links_to_the_original_and_event_names_the_failures(
     flows_env: SandboxHandle, seed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    events: list[dict[str, Any]] = []
-    monkeypatch.setattr(reporting, "emit_event", lambda **kw: events.append(kw))
+    events = record_failed_items_events(monkeypatch)
     ids = [seed["discovered_vendors"][0], "missing-vendor"]
     first, _ = await run_flow(promote_discovered_vendors, discovered_vendor_ids=ids)
     (event,) = events
@@ -102,8 +119,7 @@ async def test_no_secret_in_results_artifacts_or_state(
 async def test_retryable_only_sends_transient_failures_and_carries_the_rest(
     flows_env: SandboxHandle, seed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    events: list[dict[str, Any]] = []
-    monkeypatch.setattr(reporting, "emit_event", lambda **kw: events.append(kw))
+    events = record_failed_items_events(monkeypatch)
     vendor = seed["discovered_vendors"][0]
     # one call at a time: the first vendor's six sends (the client's bound, the only retry
     # layer) meet the six 503s; the unknown vendor then gets its 404
