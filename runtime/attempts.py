@@ -149,7 +149,7 @@ class Attempt:
                 now = time.monotonic()
                 if error is not None and now >= notice_due:
                     notice_due = now + WAIT_NOTICE_SECONDS
-                    self._warn(
+                    self.say(
                         "The Prefect server has not confirmed flow run %s for %.0f s (%s): no "
                         "write is sent until it does",
                         self.flow_run_id,
@@ -213,14 +213,16 @@ class Attempt:
 
     def _lose(self, reason: str) -> None:
         self.lost = f"Flow run {self.flow_run_id} is no longer this process's: {reason}"
-        self._warn("%s. Stopping without writing anything more.", self.lost)
+        self.say("%s. Stopping without writing anything more.", self.lost)
 
     @staticmethod
-    def _warn(message: str, *args: Any) -> None:
+    def say(message: str, *args: Any, level: int = logging.WARNING) -> None:
+        """Log on the run (and so on the console, which a worker's log keeps when the server
+        cannot be reached); this module's logger outside a run."""
         try:
-            get_run_logger().warning(message, *args)
+            get_run_logger().log(level, message, *args)
         except Exception:  # no run logger outside a run
-            _log.warning(message, *args)
+            _log.log(level, message, *args)
 
 
 _current: ContextVar[Attempt | None] = ContextVar("compliance_attempt", default=None)
@@ -301,6 +303,14 @@ async def fenced() -> AsyncIterator[Attempt | None]:
         _current.reset(token)
         if attempt is not None:
             await attempt.stop()
+            if attempt.longest_send_age:
+                attempt.say(
+                    "Writes left at most %.2f s after the check that confirmed this attempt "
+                    "(deadline %.0f s)",
+                    attempt.longest_send_age,
+                    WRITE_DEADLINE_SECONDS,
+                    level=logging.INFO,
+                )
 
 
 def restartable() -> bool:

@@ -18,20 +18,24 @@ a hung test.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
 
-from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE, EventLogCheckpoint
+from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE, EventLogCheckpoint, position_key
 from deployments.resources import CRASH_MAX_ATTEMPTS_VARIABLE, PROJECT_DIR, WORK_POOL_NAME
 from deployments.stack import LocalStack
+from runtime.attempts import WRITE_DEADLINE_SECONDS
 from sandbox.control import SandboxControl
 from tests.fixtures.hosts import Host, Network, tcp_connect
 from tests.fixtures.stack import (
@@ -244,8 +248,11 @@ def _alive(process: psutil.Process) -> bool:
 
 
 def checkpoint(stack: LocalStack) -> EventLogCheckpoint:
-    value = stack.request("GET", f"/variables/name/{PROMOTE_CHECKPOINT_VARIABLE}").json()
-    return EventLogCheckpoint.model_validate(value["value"])
+    """The furthest of the checkpoint's versions (``audit_log.checkpoints``)."""
+    query = {"variables": {"name": {"like_": PROMOTE_CHECKPOINT_VARIABLE}}}
+    rows = stack.request("POST", "/variables/filter", query).json()
+    stored = [EventLogCheckpoint.model_validate(row["value"]) for row in rows]
+    return max(stored, key=position_key)
 
 
 def history(stack: LocalStack, flow_run_id: str) -> list[str]:
@@ -304,3 +311,74 @@ def test_a_worker_cut_off_mid_run_never_applies_twice_or_rewrites_the_run(site: 
     ).json()
     assert reruns == []
     assert not checkpoint(stack).behind(done_at)
+
+
+#: how long the worker host loses the Prefect API, and only it, in the second partition
+PREFECT_CUT_SECONDS = 150
+#: what the flow-run process logs when its fence ends (runtime/attempts.py)
+SEND_AGE = re.compile(r"Writes left at most ([0-9.]+) s after the check that confirmed")
+
+
+def test_a_worker_that_loses_only_the_prefect_api_applies_nothing_twice(site: Site) -> None:
+    """The usual layout: Prefect on a private network, the service on the internet. The cut-off
+    process still reaches the service but cannot confirm its attempt: its writes stop within the
+    deadline of its last confirmation, the other worker finishes the run, and when the link comes
+    back nothing replaces the Completed state and nothing starts the run again."""
+    stack, control = site.stack, site.control
+    lost_name, other_name = WORKERS
+    lost_host = site.hosts[lost_name]
+    site.stop_worker(other_name)
+    vendors = [control.inject("vendor_discovered")["id"] for _ in range(VENDORS)]
+    control.set_fault(ADD_TO_MANAGED, latency_ms=PROMOTION_LATENCY_MS)
+
+    def promoted() -> int:
+        counts = managed(control)
+        return sum(counts.get(vendor, 0) for vendor in vendors)
+
+    run_id = run_deployment(stack, PROMOTE, {"from_audit_log": True, "concurrency": 8})
+    eventually(f"{CUT_AFTER} vendors managed", lambda: promoted() >= CUT_AFTER, timeout=300)
+    stale = flow_processes(site.workers[lost_name])
+    assert stale, "the run is not running on the host about to be cut off"
+    prefect_port = urlsplit(stack.api_url).port
+    assert prefect_port is not None and prefect_port != urlsplit(stack.sandbox_url).port
+    lost_host.cut_port(prefect_port)
+    cut_at = time.monotonic()
+    try:
+        # the Compliance API (the sandbox) still answers; the Prefect API does not
+        assert lost_host.http_get(f"{stack.sandbox_url}/_sandbox/health").status is not None
+        prefect_host = urlsplit(stack.api_url).hostname
+        assert prefect_host is not None
+        assert not lost_host.tcp_connect(prefect_host, prefect_port, timeout=3).ok
+        site.start_worker(other_name)
+        eventually(
+            "the run Completed on the other host",
+            lambda: state_of(stack, run_id)["type"] == "COMPLETED",
+            timeout=420,
+        )
+        run_count = stack.request("GET", f"/flow_runs/{run_id}").json()["run_count"]
+        time.sleep(max(0.0, cut_at + PREFECT_CUT_SECONDS - time.monotonic()))
+    finally:
+        lost_host.restore_port()
+    eventually("the cut-off worker back online", lambda: stack.worker_online(lost_name))
+    eventually(
+        "the cut-off flow-run process to end",
+        lambda: not any(_alive(process) for process in stale),
+        timeout=300,
+    )
+    time.sleep(30)  # whatever the cut-off host still had to say reaches the server now
+
+    counts = managed(control)
+    assert {vendor: counts.get(vendor, 0) for vendor in vendors} == dict.fromkeys(vendors, 1)
+    states = history(stack, run_id)
+    assert states[states.index("COMPLETED") :] == ["COMPLETED"], states  # nothing after it
+    assert stack.request("GET", f"/flow_runs/{run_id}").json()["run_count"] == run_count
+    reruns = stack.request(
+        "POST",
+        "/flow_runs/filter",
+        {"flow_runs": {"deployment_id": {"any_": [deployment_id(stack, RERUN)]}}},
+    ).json()
+    assert reruns == []
+    log = (stack.logs_dir / f"{lost_name}.log").read_text(errors="replace")
+    ages = [float(age) for age in SEND_AGE.findall(log)]
+    print(f"longest confirmation age at a write on the cut-off host: {max(ages, default=0):.2f} s")
+    assert ages and max(ages) <= WRITE_DEADLINE_SECONDS, ages
