@@ -413,3 +413,27 @@ async def test_the_audit_log_checkpoint_only_moves_forward(prefect_server: None)
     assert await store.save(older, forward_only=False)  # a deliberate reset
     assert await store.load() == older
     await store.clear()
+
+
+async def test_two_savers_never_move_the_checkpoint_back(
+    prefect_server: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A saver that read the checkpoint before a faster one saved further still cannot move it
+    back (no compare-and-set on a Prefect Variable: every save is a Variable of its own)."""
+    name = unique_name("compliance_test_checkpoint")
+    store, slow = VariableCheckpointStore(name), VariableCheckpointStore(name)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    ahead = [
+        EventLogCheckpoint(start_date=start, last_event_date=start.replace(hour=h), entries_total=h)
+        for h in range(1, 9)
+    ]
+
+    async def read_nothing() -> None:  # the slow saver read before any save
+        return None
+
+    monkeypatch.setattr(slow, "load", read_nothing)
+    await asyncio.gather(*(store.save(checkpoint) for checkpoint in reversed(ahead)))
+    assert await slow.save(ahead[0])  # passes its stale check ...
+    assert await store.load() == ahead[-1]  # ... and moves nothing back
+    await store.clear()
+    assert await store.load() is None
