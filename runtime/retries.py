@@ -2,7 +2,8 @@
 
 They know a 429's Retry-After and which writes are safe to resend; task retries on top would
 multiply the sends (docs/write-flows.md). What outlasts them ends ``failed_retryable`` for the
-automatic rerun. Each client retry is logged on the run as a warning.
+automatic rerun. Each client retry is logged on the run as a warning. ``again_when_busy`` is
+for the project's own writes to the Prefect API (records, reports), not Compliance API calls.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from prefect.cache_policies import NONE
-from prefect.exceptions import MissingContextError
+from prefect.exceptions import MissingContextError, PrefectHTTPStatusError
 from prefect.logging import get_run_logger
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from compliance_api.retry import RetryNotice
 
@@ -48,3 +50,17 @@ def log_client_retry(max_attempts: int) -> Callable[[RetryNotice], None]:
         )
 
     return log
+
+
+def _server_busy(error: BaseException) -> bool:
+    return isinstance(error, PrefectHTTPStatusError) and error.response.status_code >= 500
+
+
+#: for writes to the Prefect API whose loss would lose an item or a report: a busy server
+#: answers 5xx now and then (a locked SQLite database), which Prefect's client does not retry
+again_when_busy = retry(
+    retry=retry_if_exception(_server_busy),
+    stop=stop_after_attempt(5),
+    wait=wait_exponential(multiplier=1, max=15),
+    reraise=True,
+)

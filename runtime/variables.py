@@ -13,12 +13,16 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import VariableCreate, VariableUpdate
 from prefect.exceptions import ObjectAlreadyExists, PrefectHTTPStatusError
 
+from runtime.retries import again_when_busy
+
 #: create/update rounds before giving up (each needs another writer to delete in between)
 PUT_ROUNDS = 5
 
 
+@again_when_busy
 async def put_variable(name: str, value: Any) -> None:
-    """Store ``value`` under ``name``, created or replaced, whoever else writes it."""
+    """Store ``value`` under ``name``, created or replaced, whoever else writes it (again when
+    the server answers 5xx)."""
     async with get_client() as client:
         for _ in range(PUT_ROUNDS):
             try:

@@ -6,6 +6,7 @@ that reaches the Prefect API. It holds item inputs only, never a credential.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -26,8 +27,10 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.sorting import ArtifactSort
 from prefect.events import Event
+from prefect.logging import get_run_logger
 
 from runtime.events import deliver
+from runtime.retries import again_when_busy
 from write_engine.outcomes import AnyResult, Outcome, RunSummary
 
 #: key prefix of the artifact that lists a run's failed items with their rerun inputs
@@ -77,6 +80,7 @@ def result_rows(results: Sequence[AnyResult]) -> tuple[list[dict[str, str]], int
     return rows, len(results) - len(shown)
 
 
+@again_when_busy
 async def publish_results_table(
     flow_key: str, summary: RunSummary, results: Sequence[AnyResult]
 ) -> None:
@@ -104,7 +108,9 @@ async def publish_results_table(
 
 
 class Progress:
-    """A progress artifact, updated as units of work finish (at most once a second)."""
+    """A progress artifact, updated as units of work finish (at most once a second). Only a
+    display: an update runs beside the work, and one the server fails is skipped, never the run's
+    failure (a busy server costs time, not items)."""
 
     def __init__(self, flow_key: str, total_units: int) -> None:
         self.flow_key = flow_key
@@ -112,35 +118,56 @@ class Progress:
         self.done = 0
         self._artifact_id: uuid.UUID | None = None
         self._last_update = 0.0
+        self._updating: asyncio.Task[None] | None = None
+        self._warned = False
 
     async def start(self) -> None:
-        self._artifact_id = await acreate_progress_artifact(
-            0.0, key=f"{self.flow_key}-progress", description=self._describe()
-        )
+        try:
+            self._artifact_id = await acreate_progress_artifact(
+                0.0, key=f"{self.flow_key}-progress", description=self._describe()
+            )
+        except Exception as error:
+            self._skipped(error)
         self._last_update = time.monotonic()
 
     async def advance(self) -> None:
         self.done += 1
         now = time.monotonic()
-        if self.done >= self.total or now - self._last_update >= 1.0:
+        busy = self._updating is not None and not self._updating.done()
+        if not busy and (self.done >= self.total or now - self._last_update >= 1.0):
             self._last_update = now
-            await self._update()
+            self._updating = asyncio.ensure_future(self._update())
 
     async def finish(self) -> None:
         self.done = self.total
+        if self._updating is not None:
+            await self._updating
         await self._update()
 
     async def _update(self) -> None:
         if self._artifact_id is None:
             return
-        await aupdate_progress_artifact(
-            self._artifact_id, 100.0 * self.done / self.total, description=self._describe()
-        )
+        try:
+            await aupdate_progress_artifact(
+                self._artifact_id, 100.0 * self.done / self.total, description=self._describe()
+            )
+        except Exception as error:
+            self._skipped(error)
+
+    def _skipped(self, error: Exception) -> None:
+        if not self._warned:
+            self._warned = True
+            get_run_logger().warning(
+                "The progress artifact was not updated (%s: %s); the run goes on",
+                type(error).__name__,
+                error,
+            )
 
     def _describe(self) -> str:
         return f"{min(self.done, self.total)} of {self.total} call(s) done"
 
 
+@again_when_busy
 async def publish_failed_items(flow_key: str, summary: RunSummary) -> None:
     """Record the failed items with their rerun input; always written (empty if none), so a
     finished run is told apart from one that crashed before reporting."""

@@ -27,6 +27,7 @@ from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.stack import free_port
 from sandbox.runner import SandboxHandle
 from tests.fixtures.chaos import child_env, slow, start_child
+from tests.fixtures.flows import TEST_TOKEN_LIMIT
 from tests.fixtures.stack import managed
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
@@ -76,6 +77,9 @@ def busy_server(
     server = PrefectServer(options, base_env=base_env)
     server.start()
     try:
+        limit = {"name": TEST_TOKEN_LIMIT, "limit": 100, "slot_decay_per_second": 100.0}
+        created = httpx.post(f"{server.api_url}/v2/concurrency_limits/", json=limit, timeout=30)
+        created.raise_for_status()  # the token endpoint's throttle, as bootstrap would create
         yield server
     finally:
         server.stop()
@@ -134,7 +138,11 @@ def test_a_frozen_server_costs_time_not_items(
     assert all(r["counts"] == {"succeeded": VENDORS_PER_RUN} for r in results), results
     assert managed(chaos_env.control) == {vendor: 1 for vendor in vendors}
     assert "no longer this process's" not in errors
+    assert "has not confirmed flow run" in errors  # runs did wait for the frozen server
     runs = httpx.post(f"{busy_server.api_url}/flow_runs/filter", json={}, timeout=30).json()
-    states = [run["state"]["type"] for run in runs if run["name"]]
-    assert states.count("COMPLETED") == PROCESSES * RUNS_PER_PROCESS, states
-    assert set(states) == {"COMPLETED"}, states
+    started = [run["state"]["type"] for run in runs if run["run_count"] >= 1]
+    assert started == ["COMPLETED"] * PROCESSES * RUNS_PER_PROCESS, started
+    # Prefect's client resends a create that timed out (httpx.ReadTimeout): a frozen server that
+    # applied the first one late leaves a copy no engine runs, Pending; it holds no item
+    ghosts = [run for run in runs if run["run_count"] == 0]
+    assert all(run["state"]["type"] == "PENDING" for run in ghosts), ghosts

@@ -8,10 +8,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from prefect.variables import Variable
 
 import audit_log.targets as targets_module
-from audit_log.checkpoints import PROMOTE_CHECKPOINT_VARIABLE, ROUTE_CHECKPOINT_VARIABLE
+from audit_log.checkpoints import (
+    PROMOTE_CHECKPOINT_VARIABLE,
+    ROUTE_CHECKPOINT_VARIABLE,
+    VariableCheckpointStore,
+)
 from compliance_api.errors import InputError
 from flows.promote_vendors import promote_discovered_vendors
 from flows.questionnaires import route_questionnaires
@@ -30,10 +33,10 @@ ADD_TO_MANAGED = "POST /v1/discovered-vendors/{discoveredVendorId}/add-to-manage
 async def no_checkpoints() -> AsyncIterator[None]:
     """Each test starts as a new deployment does: no checkpoint (a start 5 minutes back)."""
     for name in (PROMOTE_CHECKPOINT_VARIABLE, ROUTE_CHECKPOINT_VARIABLE):
-        await Variable.aunset(name)
+        await VariableCheckpointStore(name).clear()
     yield
     for name in (PROMOTE_CHECKPOINT_VARIABLE, ROUTE_CHECKPOINT_VARIABLE):
-        await Variable.aunset(name)
+        await VariableCheckpointStore(name).clear()
 
 
 def discover(sandbox: SandboxHandle, count: int) -> list[str]:
@@ -142,7 +145,7 @@ async def test_bad_input_next_to_the_log_stops_before_any_call(flows_env: Sandbo
     with pytest.raises(InputError, match=r"discovered_vendor_ids\[0\]"):
         await state.result()
     assert flows_env.control.stats()["route_counts"] == before
-    assert await Variable.aget(PROMOTE_CHECKPOINT_VARIABLE) is None
+    assert await VariableCheckpointStore(PROMOTE_CHECKPOINT_VARIABLE).load() is None
 
 
 async def test_questionnaires_ready_for_review_are_approved_once_in_one_run(
