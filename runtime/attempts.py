@@ -303,13 +303,13 @@ async def fenced() -> AsyncIterator[Attempt | None]:
         _current.reset(token)
         if attempt is not None:
             await attempt.stop()
-            if attempt.longest_send_age:
+            if attempt.longest_send_age:  # a lost attempt's bound is what its successor relies on
                 attempt.say(
                     "Writes left at most %.2f s after the check that confirmed this attempt "
                     "(deadline %.0f s)",
                     attempt.longest_send_age,
                     WRITE_DEADLINE_SECONDS,
-                    level=logging.INFO,
+                    level=logging.INFO if attempt.lost is None else logging.WARNING,
                 )
 
 

@@ -38,6 +38,7 @@ from deployments.stack import LocalStack
 from runtime.attempts import WRITE_DEADLINE_SECONDS
 from sandbox.control import SandboxControl
 from tests.fixtures.hosts import Host, Network, tcp_connect
+from tests.fixtures.relay import Relay
 from tests.fixtures.stack import (
     ADD_TO_MANAGED,
     PROMOTE,
@@ -76,8 +77,8 @@ class Site:
     stranger: Host
     workers: dict[str, Popen[str]] = field(default_factory=dict)
 
-    def start_worker(self, name: str) -> None:
-        env = self.stack.worker_env(name)
+    def start_worker(self, name: str, **extra_env: str) -> None:
+        env = self.stack.worker_env(name) | extra_env
         Path(env["PREFECT_HOME"]).mkdir(mode=0o700, parents=True, exist_ok=True)
         command = [sys.executable, "-m", "prefect", "worker", "start"]
         command += ["--pool", WORK_POOL_NAME, "--name", name, "--type", "process"]
@@ -321,13 +322,23 @@ SEND_AGE = re.compile(r"Writes left at most ([0-9.]+) s after the check that con
 
 def test_a_worker_that_loses_only_the_prefect_api_applies_nothing_twice(site: Site) -> None:
     """The usual layout: Prefect on a private network, the service on the internet. The cut-off
-    process still reaches the service but cannot confirm its attempt: its writes stop within the
+    host reaches Prefect through a relay that goes silent (tests/fixtures/relay.py) and the
+    service directly; its flow-run process still reaches the service but cannot confirm its
+    attempt: its writes stop within the
     deadline of its last confirmation, the other worker finishes the run, and when the link comes
     back nothing replaces the Completed state and nothing starts the run again."""
     stack, control = site.stack, site.control
     lost_name, other_name = WORKERS
     lost_host = site.hosts[lost_name]
     site.stop_worker(other_name)
+    api = urlsplit(stack.api_url)
+    assert api.hostname is not None and api.port is not None
+    # the cut-off host reaches the Prefect API through a path that can go silent, and the
+    # Compliance API (the sandbox) directly
+    relay = Relay(api.hostname, (api.hostname, api.port))
+    site.stop_worker(lost_name)
+    relayed = api._replace(netloc=f"{api.hostname}:{relay.port}").geturl()
+    site.start_worker(lost_name, PREFECT_API_URL=relayed)
     vendors = [control.inject("vendor_discovered")["id"] for _ in range(VENDORS)]
     control.set_fault(ADD_TO_MANAGED, latency_ms=PROMOTION_LATENCY_MS)
 
@@ -339,16 +350,12 @@ def test_a_worker_that_loses_only_the_prefect_api_applies_nothing_twice(site: Si
     eventually(f"{CUT_AFTER} vendors managed", lambda: promoted() >= CUT_AFTER, timeout=300)
     stale = flow_processes(site.workers[lost_name])
     assert stale, "the run is not running on the host about to be cut off"
-    prefect_port = urlsplit(stack.api_url).port
-    assert prefect_port is not None and prefect_port != urlsplit(stack.sandbox_url).port
-    lost_host.cut_port(prefect_port)
+    relay.cut()
     cut_at = time.monotonic()
     try:
         # the Compliance API (the sandbox) still answers; the Prefect API does not
         assert lost_host.http_get(f"{stack.sandbox_url}/_sandbox/health").status is not None
-        prefect_host = urlsplit(stack.api_url).hostname
-        assert prefect_host is not None
-        assert not lost_host.tcp_connect(prefect_host, prefect_port, timeout=3).ok
+        assert lost_host.http_get(f"{relayed}/health", timeout=3).status is None
         site.start_worker(other_name)
         eventually(
             "the run Completed on the other host",
@@ -358,7 +365,7 @@ def test_a_worker_that_loses_only_the_prefect_api_applies_nothing_twice(site: Si
         run_count = stack.request("GET", f"/flow_runs/{run_id}").json()["run_count"]
         time.sleep(max(0.0, cut_at + PREFECT_CUT_SECONDS - time.monotonic()))
     finally:
-        lost_host.restore_port()
+        relay.restore()
     eventually("the cut-off worker back online", lambda: stack.worker_online(lost_name))
     eventually(
         "the cut-off flow-run process to end",
@@ -382,3 +389,5 @@ def test_a_worker_that_loses_only_the_prefect_api_applies_nothing_twice(site: Si
     ages = [float(age) for age in SEND_AGE.findall(log)]
     print(f"longest confirmation age at a write on the cut-off host: {max(ages, default=0):.2f} s")
     assert ages and max(ages) <= WRITE_DEADLINE_SECONDS, ages
+    site.stop_worker(lost_name)
+    relay.close()
