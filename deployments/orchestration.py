@@ -28,7 +28,6 @@ def install() -> None:
         return
     from prefect.server.models import flow_runs
     from prefect.server.orchestration.global_policy import GlobalFlowPolicy
-    from prefect.server.orchestration.policies import BaseOrchestrationPolicy
 
     rule = _finished_runs_stay_finished()
     base: Any = getattr(flow_runs, "GlobalFlowPolicy")  # noqa: B009 - not re-exported
@@ -38,7 +37,6 @@ def install() -> None:
         def priority() -> list[Any]:
             return [rule, *base.priority()]
 
-    assert issubclass(ProjectGlobalFlowPolicy, BaseOrchestrationPolicy)
     setattr(flow_runs, "GlobalFlowPolicy", ProjectGlobalFlowPolicy)  # noqa: B010
     _installed = True
 
