@@ -260,18 +260,18 @@ async def crash_detection_grace() -> float | None:
     global _grace
     if _grace is not None and time.monotonic() - _grace[1] < GRACE_KEPT_SECONDS:
         return _grace[0]
-    grace = await _read_crash_detection_grace()
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS), get_client() as client:
+            automations = await client.read_automations()
+    except Exception:  # busy: assume the project's default now, read again next time
+        _log.debug("Automations not read; crash detection's grace assumed", exc_info=True)
+        return DEFAULT_RESTART_AFTER_SECONDS
+    grace = _shortest_crash_grace(automations)
     _grace = (grace, time.monotonic())
     return grace
 
 
-async def _read_crash_detection_grace() -> float | None:
-    try:
-        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS), get_client() as client:
-            automations = await client.read_automations()
-    except Exception:  # busy: assume the project's default rather than wait
-        _log.debug("Automations not read; crash detection's grace assumed", exc_info=True)
-        return DEFAULT_RESTART_AFTER_SECONDS
+def _shortest_crash_grace(automations: Any) -> float | None:
     graces = [
         within.total_seconds()
         for automation in automations
