@@ -12,13 +12,11 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import VariableCreate
-from prefect.exceptions import ObjectAlreadyExists
 from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
 from runtime.locks import hold_lock
+from runtime.variables import create_once, delete_all, variables_starting
 
 #: ids remembered at the last timestamp; the Variable value must stay under 5,000 characters
 MAX_BOUNDARY_IDS = 64
@@ -147,13 +145,9 @@ class VariableCheckpointStore:
                 return False
         else:
             await self.clear()
-        mine = self.prefix + position_key(checkpoint)
-        async with get_client() as client:
-            try:
-                value = checkpoint.model_dump(mode="json")
-                await client.create_variable(VariableCreate(name=mine, value=value))
-            except ObjectAlreadyExists:
-                pass  # a checkpoint at this very position is stored already
+        # a checkpoint at this very position may be stored already: the same one
+        value = checkpoint.model_dump(mode="json")
+        await create_once(self.prefix + position_key(checkpoint), value)
         mine_order = _order(checkpoint)
         await self._remove(name for name, cp in await self._stored() if _order(cp) < mine_order)
         return True
@@ -164,22 +158,15 @@ class VariableCheckpointStore:
 
     async def _stored(self) -> list[tuple[str, EventLogCheckpoint]]:
         """Every stored version, the furthest last (one saved before versions counts too)."""
-        async with get_client() as client:
-            response = await client.request(
-                "POST",
-                "/variables/filter",
-                json={"variables": {"name": {"like_": self.name}}},
-            )
         stored = [
-            (row["name"], EventLogCheckpoint.model_validate(row["value"]))
-            for row in response.json()
-            if row["name"].startswith(self.prefix) or row["name"] == self.name
+            (name, EventLogCheckpoint.model_validate(value))
+            for name, value in await variables_starting(self.name)
+            if name.startswith(self.prefix) or name == self.name
         ]
         return sorted(stored, key=lambda pair: _order(pair[1]))
 
     async def _remove(self, names: Iterable[str]) -> None:
-        for name in names:
-            await Variable.aunset(name)
+        await delete_all(names)
 
 
 def position_key(checkpoint: EventLogCheckpoint) -> str:

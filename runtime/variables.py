@@ -1,39 +1,74 @@
-"""Prefect Variables written safely by several writers and by retries.
+"""Prefect Variables kept as write-once versions: safe under several writers and a busy server.
 
-``Variable.aset(overwrite=True)`` reads, then creates or updates: two writers (or a create the
-client retried after the server had applied it) get ``ObjectAlreadyExists``. Here a create that
-already happened is an update, and an update of a missing variable a create.
+An update (``PATCH``) or a delete by name reads first, then writes: on a busy SQLite server it
+fails at once with "database is locked" (503), and Prefect's client waits seconds before it tries
+again. ``Variable.aset(overwrite=True)`` also races with other writers (``ObjectAlreadyExists``).
+A create writes first, so it waits for the lock instead; and it cannot race. So a value that
+changes is stored as new Variables, ``<base>__<version>``; the highest version is the value.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import VariableCreate, VariableUpdate
-from prefect.exceptions import ObjectAlreadyExists, PrefectHTTPStatusError
+from prefect.client.schemas.actions import VariableCreate
+from prefect.exceptions import ObjectAlreadyExists
+from prefect.variables import Variable
 
 from runtime.retries import again_when_busy
 
-#: create/update rounds before giving up (each needs another writer to delete in between)
-PUT_ROUNDS = 5
+#: rows per filter read (the server's default limit is 200)
+PAGE = 200
+VERSION_SEPARATOR = "__"
 
 
 @again_when_busy
-async def put_variable(name: str, value: Any) -> None:
-    """Store ``value`` under ``name``, created or replaced, whoever else writes it (again when
-    the server answers 5xx)."""
+async def create_once(name: str, value: Any) -> None:
+    """Create ``name``; one that exists already (our retried create, applied before the client
+    gave up on its answer) is left as it is: a version is written by one writer only."""
     async with get_client() as client:
-        for _ in range(PUT_ROUNDS):
-            try:
-                await client.update_variable(VariableUpdate(name=name, value=value))
-                return
-            except PrefectHTTPStatusError as error:
-                if error.response.status_code != 404:
-                    raise
-            try:
-                await client.create_variable(VariableCreate(name=name, value=value))
-                return
-            except ObjectAlreadyExists:
-                continue  # created meanwhile (another writer, or our retried create): update it
-    raise RuntimeError(f"the Prefect Variable {name!r} was created and deleted {PUT_ROUNDS} times")
+        with contextlib.suppress(ObjectAlreadyExists):
+            await client.create_variable(VariableCreate(name=name, value=value))
+
+
+async def variables_starting(prefix: str) -> list[tuple[str, Any]]:
+    """Every Variable whose name starts with ``prefix``: (name, value), by name."""
+    rows: list[tuple[str, Any]] = []
+    async with get_client() as client:
+        while True:
+            response = await client.request(
+                "POST",
+                "/variables/filter",
+                json={
+                    "variables": {"name": {"like_": prefix}},
+                    "sort": "NAME_ASC",
+                    "offset": len(rows),
+                    "limit": PAGE,
+                },
+            )
+            page = response.json()
+            rows += [(row["name"], row["value"]) for row in page]
+            if len(page) < PAGE:
+                break
+    return [(name, value) for name, value in rows if name.startswith(prefix)]
+
+
+async def delete_all(names: Iterable[str]) -> None:
+    for name in names:
+        await Variable.aunset(name)
+
+
+def versioned(base: str, version: int) -> str:
+    """The Variable that holds ``version`` of ``base`` (zero-padded: names sort as versions)."""
+    return f"{base}{VERSION_SEPARATOR}{version:08d}"
+
+
+def version_of(name: str, base: str) -> int | None:
+    """The version ``name`` holds of ``base``: 0 for ``base`` itself, None for another name."""
+    if name == base:
+        return 0
+    suffix = name.removeprefix(base + VERSION_SEPARATOR)
+    return int(suffix) if suffix != name and suffix.isdigit() else None

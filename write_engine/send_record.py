@@ -1,28 +1,31 @@
 """What each attempt of a write run may have sent, kept on the Prefect server for the next one.
 
-One Prefect Variable per attempt (``compliance_sent_<run>_<attempt>``): units claimed a window
-ahead before they are sent, and how each was answered. Design and rules:
-docs/write-flows.md#when-a-run-is-started-again-lost-attempts.
+Per attempt, write-once versions of one record (``compliance_sent_<run>_<attempt>__<version>``,
+``runtime/variables.py``): units claimed a window ahead before they are sent, and how each was
+answered. Design and rules: docs/write-flows.md#when-a-run-is-started-again-lost-attempts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from prefect.variables import Variable
 from pydantic import BaseModel, Field
 
 from runtime.attempts import Attempt
-from runtime.variables import put_variable
+from runtime.variables import create_once, delete_all, variables_starting, version_of, versioned
 from write_engine.inputs import ItemInput
 from write_engine.outcomes import AnyResult, Outcome
 
 RECORD_PREFIX = "compliance_sent_"
 #: the Prefect Variable size limit, with room for the fields around the ranges
 MAX_RECORD_CHARS = 4_800
+#: answers not yet on the server are written at least this often (a claim writes them sooner)
+ANSWERS_EVERY_SECONDS = 2.0
 
 
 class EarlierAttemptMismatch(RuntimeError):
@@ -76,7 +79,25 @@ def units_digest(units: Sequence[Sequence[ItemInput]]) -> str:
 
 
 def record_name(attempt: Attempt, number: int) -> str:
-    return f"{RECORD_PREFIX}{attempt.flow_run_id.hex}_{number}"
+    """The record of attempt ``number`` of the run (its versions add ``__<version>``)."""
+    return f"{run_prefix(attempt)}{number}"
+
+
+def run_prefix(attempt: Attempt) -> str:
+    return f"{RECORD_PREFIX}{attempt.flow_run_id.hex}_"
+
+
+async def stored_records(attempt: Attempt) -> dict[int, tuple[int, SendRecordValue]]:
+    """Attempt number -> (highest version, its value) of every record the run's attempts left."""
+    latest: dict[int, tuple[int, SendRecordValue]] = {}
+    for name, value in await variables_starting(run_prefix(attempt)):
+        number = name.removeprefix(run_prefix(attempt)).split("__", 1)[0]
+        if not number.isdigit():
+            continue
+        version = version_of(name, record_name(attempt, int(number)))
+        if version is not None and version >= latest.get(int(number), (-1, None))[0]:
+            latest[int(number)] = (version, SendRecordValue.model_validate(value))
+    return latest
 
 
 class SendRecord:
@@ -108,6 +129,11 @@ class SendRecord:
         self._claimed_saved = 0
         self._changes = 0
         self._saved = 0
+        #: the version the last write created (each write creates the next)
+        self._version = 0
+        self._stale: set[asyncio.Task[None]] = set()
+        #: when the last write was started (monotonic)
+        self._last_save = float("-inf")
         self._saving = asyncio.Lock()
         self._ahead: set[asyncio.Task[None]] = set()
 
@@ -120,10 +146,9 @@ class SendRecord:
         max_window: int = 32,
     ) -> SendRecord:
         record = cls(attempt, units, window, max_window)
-        for number in range(1, attempt.run_count):
-            value = await Variable.aget(record_name(attempt, number))
-            if value is not None:
-                record._merge(number, SendRecordValue.model_validate(value), units)
+        for number, (_, value) in sorted((await stored_records(attempt)).items()):
+            if number < attempt.run_count:
+                record._merge(number, value, units)
         return record
 
     def _merge(
@@ -173,8 +198,10 @@ class SendRecord:
         this process's); the next window is written in the background when half is used."""
         await self.attempt.ready()
         position = self._position[index]
+        extended = False
         if position + self.window // 2 >= self._claimed:
-            self._claim_through(position + 1 + self.window)
+            extended = self._claim_through(position + 1 + self.window)
+        if extended or self._answers_due():
             ahead = asyncio.ensure_future(self._save_through(self._changes))
             self._ahead.add(ahead)
             ahead.add_done_callback(self._ahead_done)
@@ -183,13 +210,22 @@ class SendRecord:
         while self._claimed_saved <= position:
             await self._save_through(self._changes)
 
-    def _claim_through(self, end: int) -> None:
+    def _claim_through(self, end: int) -> bool:
+        """Claim the units up to position ``end``; False when they all were already."""
         end = min(end, len(self._order))
+        if end <= self._claimed:
+            return False
         for position in range(self._claimed, end):
             self.sent.add(self._order[position])
-        if end > self._claimed:
-            self._claimed = end
-            self._changes += 1
+        self._claimed = end
+        self._changes += 1
+        return True
+
+    def _answers_due(self) -> bool:
+        """Answers wait for the next claim's write, but not longer than ``ANSWERS_EVERY_SECONDS``
+        (once the whole list is claimed, no claim writes): one write per interval, not per unit."""
+        unsaved = self._changes > self._saved and not self._saving.locked()
+        return unsaved and time.monotonic() - self._last_save >= ANSWERS_EVERY_SECONDS
 
     def _ahead_done(self, task: asyncio.Task[None]) -> None:
         self._ahead.discard(task)
@@ -204,13 +240,24 @@ class SendRecord:
             if self._saved >= change:
                 return
             await self.attempt.ready()
+            self._last_save = time.monotonic()
             covered, claimed = self._changes, self._claimed
             value = self._value()
             if len(size := value.model_dump_json()) > MAX_RECORD_CHARS:
                 raise RecordFull(f"the send record of this run is full ({len(size)} characters)")
-            name = record_name(self.attempt, self.attempt.run_count)
-            await put_variable(name, value.model_dump(mode="json"))
+            base = record_name(self.attempt, self.attempt.run_count)
+            await create_once(versioned(base, self._version + 1), value.model_dump(mode="json"))
+            self._version += 1
             self._saved, self._claimed_saved = covered, claimed
+            if self._version > 1:  # off the claims' path; what is left, forget() removes
+                stale = asyncio.ensure_future(self._remove(versioned(base, self._version - 1)))
+                self._stale.add(stale)
+                stale.add_done_callback(self._stale.discard)
+
+    @staticmethod
+    async def _remove(name: str) -> None:
+        with contextlib.suppress(Exception):
+            await delete_all([name])
 
     def _value(self) -> SendRecordValue:
         return SendRecordValue(
@@ -225,5 +272,6 @@ class SendRecord:
 
     async def forget(self) -> None:
         """Delete every attempt's record: the run has reported every item itself."""
-        for number in range(1, self.attempt.run_count + 1):
-            await Variable.aunset(record_name(self.attempt, number))
+        for task in list(self._stale):  # a busy server may still be retrying: listed below
+            task.cancel()
+        await delete_all(name for name, _ in await variables_starting(run_prefix(self.attempt)))

@@ -30,16 +30,18 @@ from runtime import attempts
 from runtime.attempts import Attempt, AttemptLost
 from runtime.connection import shared_broker
 from runtime.credentials import load_run_settings
-from runtime.variables import put_variable
+from runtime.variables import create_once, delete_all, variables_starting, versioned
 from sandbox.runner import SandboxHandle
 from tests.fixtures.runs import artifacts_of, unique_name
-from write_engine.outcomes import ItemsFailed, Outcome, RunSummary
+from write_engine.outcomes import Done, ItemsFailed, Outcome, RunSummary
 from write_engine.run import WriteJob, run_write_job
 from write_engine.send_record import (
     EarlierAttemptMismatch,
     IndexRanges,
+    SendRecord,
     SendRecordValue,
     record_name,
+    stored_records,
     units_digest,
 )
 
@@ -146,8 +148,7 @@ async def test_the_next_attempt_sends_nothing_the_lost_one_sent(
     assert summary.counts == {Outcome.SUCCEEDED: len(ids)}
     assert writes(flows_env) == {vendor: 1 for vendor in ids}  # each applied exactly once
     assert set(first) < set(ids)
-    for number in (1, 2):  # the records are gone once the run reported every item
-        assert await Variable.aget(record_name(_attempt(run.id, number), number)) is None
+    assert await stored_records(_attempt(run.id, 2)) == {}  # gone once every item is reported
 
 
 async def test_people_added_by_a_lost_attempt_are_not_added_again(
@@ -341,15 +342,84 @@ async def test_a_write_held_at_the_socket_is_sent_once_the_fence_lets_it(
     assert writes(flows_env) == {vendor: 1}
 
 
-async def test_concurrent_writers_of_one_record_all_succeed(prefect_server: None) -> None:
-    """Variable.aset(overwrite=True) reads, then creates: two writers raced to
-    ObjectAlreadyExists. ``put_variable`` treats a create that already happened as an update."""
-    name = unique_name("compliance_test_record")
-    await asyncio.gather(*(put_variable(name, {"n": n}) for n in range(12)))
-    assert (await Variable.aget(name))["n"] in range(12)
-    await put_variable(name, {"n": 99})
-    assert await Variable.aget(name) == {"n": 99}
-    await Variable.aunset(name)
+async def test_a_record_is_kept_as_versions_and_the_highest_counts(prefect_server: None) -> None:
+    """A Variable update reads, then writes: on a busy SQLite server it fails at once (503) and
+    Prefect's client waits seconds; two writers race. Each save creates a version instead; a
+    create retried after the server applied it is no failure, and a late lower version (or the
+    unversioned record of an earlier release) does not count over the highest."""
+    attempt = _attempt(uuid.uuid4(), 1)
+    base = record_name(attempt, 1)
+    old = SendRecordValue(
+        attempt=1, units=3, digest="0" * 64, started_at=datetime.now(UTC), sent=[[0, 3]]
+    )
+    new = old.model_copy(update={"done": [[0, 2]]})
+    await create_once(versioned(base, 2), new.model_dump(mode="json"))
+    await create_once(versioned(base, 2), new.model_dump(mode="json"))  # the retried create
+    await create_once(versioned(base, 1), old.model_dump(mode="json"))
+    await Variable.aset(base, old.model_dump(mode="json"))
+
+    assert await stored_records(attempt) == {1: (2, new)}
+    await delete_all(name for name, _ in await variables_starting(base))
+    assert await stored_records(attempt) == {}
+
+
+async def test_a_record_is_written_once_per_window_not_once_per_unit(
+    prefect_server: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the window covers the whole list, claims write nothing more: answers go out with the
+    next window, at most every ANSWERS_EVERY_SECONDS, and with the flush (200 units: 200 writes
+    before this was fixed, which a bulk run paid for in seconds on a busy server)."""
+    from write_engine import send_record
+
+    created: list[str] = []
+
+    async def counted(name: str, value: Any) -> None:
+        created.append(name)
+        await create_once(name, value)
+
+    monkeypatch.setattr(send_record, "create_once", counted)
+    monkeypatch.setattr(send_record, "ANSWERS_EVERY_SECONDS", 3600)  # only the windows write
+    units = [[_vendor(f"v-{n}")] for n in range(200)]
+    attempt = _attempt(uuid.uuid4(), 1)
+    attempt.confirmed_at = float("inf")  # always fresh: the record is what this test counts
+    record = await SendRecord.open(attempt, units, window=16, max_window=2048)
+    record.plan(list(range(len(units))))
+    for index, unit in enumerate(units):
+        await record.claim(index)
+        await asyncio.sleep(0.002)  # the call: the window's write goes out meanwhile
+        record.answered(index, [Done(unit[0].label())])
+    claimed = await stored_records(attempt)
+    await record.flush()
+
+    assert claimed[1][1].sent == [[0, 200]] and claimed[1][1].done != [[0, 200]]
+    assert (await stored_records(attempt))[1][1].done == [[0, 200]]
+    assert len(created) <= 25, created
+    await record.forget()
+    assert await stored_records(attempt) == {}
+
+
+async def test_answers_are_written_while_no_claim_writes(
+    prefect_server: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the whole list claimed, answers still reach the record (every ANSWERS_EVERY_SECONDS,
+    here at once), so a next attempt has little left to check or review."""
+    from write_engine import send_record
+
+    monkeypatch.setattr(send_record, "ANSWERS_EVERY_SECONDS", 0.0)
+    units = [[_vendor(f"v-{n}")] for n in range(10)]
+    attempt = _attempt(uuid.uuid4(), 1)
+    attempt.confirmed_at = float("inf")
+    record = await SendRecord.open(attempt, units, window=64, max_window=64)
+    record.plan(list(range(len(units))))
+    for index, unit in enumerate(units):
+        await record.claim(index)
+        await asyncio.sleep(0.05)
+        record.answered(index, [Done(unit[0].label())])
+    await asyncio.gather(*record._ahead)
+
+    (_, stored), *_ = (await stored_records(attempt)).values()
+    assert stored.sent == [[0, 10]] and stored.done == [[0, 9]]  # the last answer: with the flush
+    await record.forget()
 
 
 async def test_a_finished_run_stays_finished(prefect_server: None) -> None:
