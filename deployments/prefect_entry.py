@@ -1,13 +1,17 @@
 """``python -m deployments.prefect_entry server start …``: Prefect's own CLI, in a process that
-has the project's orchestration rule installed (``deployments/orchestration.py``); the project
-starts every Prefect server and services process this way."""
+has the project's orchestration rule installed (``deployments/orchestration.py``) and serves the
+API behind the access policy (``deployments/gatekeeper.py``); the project starts every Prefect
+server and services process this way."""
 
 from __future__ import annotations
 
+from deployments import gatekeeper
+from deployments.access import load_policy
 from deployments.orchestration import install
 
 if __name__ == "__main__":
     install()
+    gatekeeper.install(load_policy())  # a policy file that cannot be used stops the start
     from prefect.cli import app
 
     app()

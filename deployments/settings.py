@@ -4,6 +4,7 @@ environment only (never ``.env``), and no credentials, which bootstrap has none 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,12 +42,14 @@ class DeploymentSettings(LocalState):
             "heartbeats, or live runs would be marked Crashed"
         ),
     )
+    #: the access policy file the Prefect API server enforces (None: the shipped one)
+    access_policy: Path | None = None
     #: where failed write runs are notified; secret (its path is often a token)
     notify_webhook_url: SecretStr | None = None
     #: or ``<block-type-slug>/<block-name>`` of an operator's notification block
     notify_block: str | None = None
 
-    @field_validator("notify_webhook_url", "notify_block", mode="before")
+    @field_validator("access_policy", "notify_webhook_url", "notify_block", mode="before")
     @classmethod
     def _blank(cls, value: Any) -> Any:
         return blank_is_unset(value)

@@ -17,6 +17,7 @@ the banner), ``serve``'s ``--host`` and its refusals, and the sandbox's control 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import ssl
@@ -41,12 +42,14 @@ from deployments.auth import (
     generate_auth_string,
     is_loopback,
 )
+from deployments.gatekeeper import IDENTITY_HEADER
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.serve import banner, parse_args
 from deployments.stack import LocalStack, StackOptions, free_port
 from deployments.tls_proxy import TLSProxy, TLSProxyOptions, render_nginx_config
 from sandbox.control import SandboxControl, SandboxControlError
 from sandbox.runner import run_sandbox_in_thread
+from tests.deployments.test_access_policy import PEOPLE, with_people
 from tests.fixtures.stack import (
     BRIDGE,
     assert_no_secret_in_prefect_database,
@@ -77,6 +80,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
         for name, value in os.environ.items()
         if not name.startswith(("PREFECT_", "COMPLIANCE_"))
     } | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    base_env["COMPLIANCE_ACCESS_POLICY"] = str(with_people(home, PEOPLE))
     running = PrefectServer(
         PrefectServerOptions(
             port=free_port(), home=home, log_path=home / "server.log", auth_string=AUTH
@@ -241,6 +245,91 @@ def test_a_websocket_without_prefects_handshake_is_refused(server: PrefectServer
 
     with pytest.raises((InvalidStatus, ConnectionClosed)):
         asyncio.run(legacy())
+
+
+# --------------------------------------------------------------------------- people and roles
+def _as(person: str) -> dict[str, str]:
+    """What the identity proxy sends upstream: the server's auth string and who the person is."""
+    token = base64.b64encode(AUTH.encode()).decode()
+    return {"Authorization": f"Basic {token}", IDENTITY_HEADER: person}
+
+
+def _count_runs(server: PrefectServer) -> int:
+    with httpx.Client(base_url=server.api_url, auth=basic_auth(AUTH), timeout=30) as client:
+        return int(client.post("/flow_runs/count", json={}).json())
+
+
+def test_each_person_gets_what_their_role_allows_and_nothing_else(
+    server: PrefectServer, deployment: str
+) -> None:
+    """The server answers the people the proxy names by the policy file's roles; a refusal names
+    the person, the role and the request, and changes nothing."""
+    start = f"/deployments/{deployment}/create_flow_run"
+    runs = _count_runs(server)
+    with httpx.Client(base_url=server.api_url, timeout=30) as client:
+        assert client.post("/deployments/filter", json={}, headers=_as("vic")).status_code == 200
+        refused = client.post(start, json={}, headers=_as("vic"))
+        assert refused.status_code == 403, refused.text
+        assert "vic (viewer) may not POST /api/deployments/" in refused.json()["detail"]
+        assert _count_runs(server) == runs
+        assert client.post(start, json={}, headers=_as("alice")).status_code == 201
+        assert _count_runs(server) == runs + 1
+        patch = client.patch(f"/deployments/{deployment}", json={}, headers=_as("worker-1"))
+        assert patch.status_code == 403
+        assert client.get("/admin/settings", headers=_as("carol")).status_code == 403
+        unknown = client.post("/deployments/filter", json={}, headers=_as("mallory"))
+        assert unknown.status_code == 403 and "mallory (no role)" in unknown.text
+
+
+def test_a_worker_may_write_the_projects_records_but_not_what_pull_steps_read(
+    server: PrefectServer,
+) -> None:
+    name = f"compliance_sent_{uuid.uuid4().hex}_1__00000001"
+    with httpx.Client(base_url=server.api_url, timeout=30) as client:
+        ours = client.post("/variables/", json={"name": name, "value": 1}, headers=_as("worker-1"))
+        assert ours.status_code == 201, ours.text
+        theirs = {"name": "compliance_project_dir", "value": "/tmp/evil"}
+        refused = client.post("/variables/", json=theirs, headers=_as("worker-1"))
+        assert refused.status_code == 403
+        read = client.get("/variables/name/compliance_project_dir", headers=_as("carol"))
+        assert read.status_code == 404  # refused before Prefect saw it: nothing was created
+
+
+def test_block_secrets_are_never_served_to_a_person(server: PrefectServer) -> None:
+    with httpx.Client(base_url=server.api_url, timeout=30) as client:
+        for person in ("carol", "worker-1", "vic"):
+            asked = client.post(
+                "/block_documents/filter", json={"include_secrets": True}, headers=_as(person)
+            )
+            assert asked.status_code == 403, (person, asked.text)
+            query = client.post(
+                "/block_documents/filter?include_secrets=true", json={}, headers=_as(person)
+            )
+            assert query.status_code == 403
+        plain = client.post("/block_documents/filter", json={}, headers=_as("vic"))
+        assert plain.status_code == 200
+
+
+def test_a_named_person_without_the_servers_string_gets_nothing(server: PrefectServer) -> None:
+    """The identity counts only next to the string only the proxy adds: a client that sends a
+    name of its own is refused by Prefect's auth (401)."""
+    with httpx.Client(base_url=server.api_url, timeout=30) as client:
+        forged = {IDENTITY_HEADER: "carol"}
+        assert client.post("/deployments/filter", json={}, headers=forged).status_code == 401
+        wrong = {**_as("carol"), "Authorization": "Basic " + base64.b64encode(b"x:y").decode()}
+        assert client.post("/deployments/filter", json={}, headers=wrong).status_code == 401
+
+
+def test_a_workers_events_socket_opens_with_its_own_credential(server: PrefectServer) -> None:
+    """Prefect's websockets wait for the auth message; a person's client sends its own credential
+    there (the proxy checked it), and only roles with the socket get it opened."""
+    url = _ws(server.api_url)
+    mine = _auth_message("worker-1:its-own-password")
+    answer = asyncio.run(_events_in(url, mine, additional_headers=_as("worker-1")))
+    assert json.loads(answer) == {"type": "auth_success"}
+    with pytest.raises(InvalidStatus) as refused:
+        asyncio.run(_events_in(url, mine, additional_headers=_as("vic")))
+    assert refused.value.response.status_code == 403
 
 
 # --------------------------------------------------------------------------- behind TLS
