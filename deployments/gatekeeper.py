@@ -42,13 +42,20 @@ class Gatekeeper:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] not in ("http", "websocket") or not path.startswith("/api/"):
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
         person = headers.get(IDENTITY_HEADER, "").strip()
         if not person or not self._from_proxy(headers):
             await self.app(scope, receive, send)  # the server's own process, or Prefect refuses
+            return
+        if path.endswith("/ui-settings"):  # signed in at the proxy: no Prefect login in the UI
+            plain = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
+            await self.app({**scope, "headers": plain}, receive, _without_ui_login(send))
+            return
+        if not path.startswith("/api/"):
+            await self.app(scope, receive, send)
             return
         method = "WS" if scope["type"] == "websocket" else scope["method"]
         body: bytes | None = None
@@ -159,6 +166,35 @@ async def _refuse(scope: Scope, send: Send, reason: str) -> None:
     ]
     await send({"type": "http.response.start", "status": 403, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
+
+
+def _without_ui_login(send: Send) -> Send:
+    """The UI's settings with ``auth`` unset: the UI asks for no password, and its calls carry
+    the proxy's sign-in (a cookie, or the browser's Basic credentials) instead."""
+    start: Message | None = None
+    chunks: list[bytes] = []
+
+    async def wrapped(message: Message) -> None:
+        nonlocal start
+        if message["type"] == "http.response.start":
+            start = message
+            return
+        if message["type"] != "http.response.body" or start is None:
+            await send(message)
+            return
+        chunks.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = b"".join(chunks)
+        settings = _json(body)
+        if isinstance(settings, dict) and "auth" in settings:
+            body = json.dumps({**settings, "auth": None}).encode()
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({**start, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return wrapped
 
 
 def _logging_send(send: Send, person: str, method: str, path: str) -> Send:

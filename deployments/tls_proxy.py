@@ -8,6 +8,7 @@ auth passes through untouched (docs/scaling.md#tls).
 
 from __future__ import annotations
 
+import base64
 import grp
 import os
 import shutil
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 from urllib.parse import urlsplit
+
+from pydantic import SecretStr
 
 from deployments.auth import url_host
 from deployments.processes import ChildProcess, wait_until
@@ -55,6 +58,13 @@ class TLSProxyOptions:
     #: config, pid file, logs and temp paths
     state_dir: Path
     startup_timeout: float = 30.0
+    #: the sign-in endpoint nginx asks about every request (``auth_request``): oauth2-proxy's
+    #: ``http://HOST:PORT/oauth2/auth``, or ``deployments.identity``'s; None: no sign-in here,
+    #: clients send the server's auth string themselves
+    identity_url: str | None = None
+    #: with ``identity_url``: the server's auth string, which the proxy adds upstream (people
+    #: never hold it); the config file that carries it is 0600
+    server_auth_string: SecretStr | None = None
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream)
@@ -62,6 +72,16 @@ class TLSProxyOptions:
             raise ValueError(f"upstream={self.upstream!r}: expected http://HOST:PORT")
         if not 0 < self.listen_port < 65536:
             raise ValueError(f"listen_port={self.listen_port}: not a TCP port")
+        if self.identity_url is not None:
+            identity = urlsplit(self.identity_url)
+            if identity.scheme not in ("http", "https") or not identity.netloc:
+                raise ValueError(
+                    f"identity_url={self.identity_url!r}: expected http(s)://HOST:PORT/PATH"
+                )
+            if not self.server_auth_string:
+                raise ValueError(
+                    "identity_url needs server_auth_string: the proxy adds it upstream"
+                )
 
 
 def _nobody_group() -> str:
@@ -94,7 +114,7 @@ def render_nginx_config(options: TLSProxyOptions, *, as_root: bool | None = None
             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
             proxy_set_header X-Forwarded-Proto https;
             proxy_buffering off;
-            proxy_request_buffering off;"""
+            proxy_request_buffering off;{_identity_headers(options)}"""
     websocket_locations = "".join(
         f"""
         location ~ {path} {{{proxied}
@@ -109,6 +129,7 @@ def render_nginx_config(options: TLSProxyOptions, *, as_root: bool | None = None
         f"    {name}_temp_path {_quoted(state / 'temp' / name)};"
         for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
+    identity_log = _identity_log(options)
     return f"""# rendered by deployments/tls_proxy.py (nginx -c <this file> -g 'daemon off;')
 {f"user nobody {_nobody_group()};" if root else "# not root: the workers run as this user"}
 worker_processes 1;
@@ -119,8 +140,8 @@ events {{
     worker_connections 1024;
 }}
 
-http {{
-    access_log {_quoted(state / "access.log")};
+http {{{identity_log}
+    access_log {_quoted(state / "access.log")}{" people" if identity_log else ""};
 {temp_paths}
     client_max_body_size 64m;
     server_tokens off;
@@ -136,7 +157,7 @@ http {{
         ssl_certificate_key {_quoted(options.key_file.resolve())};
         ssl_protocols TLSv1.2 TLSv1.3;
         ssl_prefer_server_ciphers off;
-{websocket_locations}
+{_sign_in(options, proxied)}{websocket_locations}
 
         location / {{{proxied}
             proxy_set_header Upgrade $http_upgrade;
@@ -145,6 +166,53 @@ http {{
         }}
     }}
 }}
+"""
+
+
+IDENTITY_LOCATION = "/_compliance_identity"
+
+
+def _identity_headers(options: TLSProxyOptions) -> str:
+    """Upstream, the identity nginx checked (any the client sent is replaced) and the server's
+    auth string in place of the client's credential."""
+    if options.identity_url is None or options.server_auth_string is None:
+        return ""
+    secret = options.server_auth_string.get_secret_value()
+    token = base64.b64encode(secret.encode()).decode()
+    return f"""
+            proxy_set_header X-Compliance-User $compliance_user;
+            proxy_set_header Authorization "Basic {token}";"""
+
+
+def _identity_log(options: TLSProxyOptions) -> str:
+    if options.identity_url is None:
+        return ""
+    return """
+    log_format people '$remote_addr $compliance_user [$time_local] '
+                      '"$request_method $uri" $status';"""
+
+
+def _sign_in(options: TLSProxyOptions, proxied: str) -> str:
+    """Every request but the health probe asks the sign-in endpoint first (``auth_request``):
+    its 401 (and challenge) goes to the client, its ``X-Auth-Request-User`` upstream."""
+    if options.identity_url is None:
+        return ""
+    return f"""
+        auth_request {IDENTITY_LOCATION};
+        auth_request_set $compliance_user $upstream_http_x_auth_request_user;
+
+        location = {IDENTITY_LOCATION} {{
+            internal;
+            proxy_pass {options.identity_url};
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header X-Original-URI $request_uri;
+            proxy_set_header X-Original-Method $request_method;
+        }}
+
+        location = /api/health {{
+            auth_request off;{proxied}
+        }}
 """
 
 
@@ -168,7 +236,10 @@ class TLSProxy:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         (self.state_dir / "temp").mkdir(exist_ok=True)
         config = self.state_dir / "nginx.conf"
-        config.write_text(render_nginx_config(self.options))
+        descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:  # may carry the server's auth string
+            handle.write(render_nginx_config(self.options))
+        os.chmod(config, 0o600)
         self.pid_path.unlink(missing_ok=True)
         self.child = ChildProcess(
             "nginx (TLS proxy)",

@@ -20,6 +20,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import ssl
 import stat
 import uuid
@@ -29,6 +30,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
@@ -43,6 +45,7 @@ from deployments.auth import (
     is_loopback,
 )
 from deployments.gatekeeper import IDENTITY_HEADER
+from deployments.identity import IdentityEndpoint, add_person
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.serve import banner, parse_args
 from deployments.stack import LocalStack, StackOptions, free_port
@@ -330,6 +333,133 @@ def test_a_workers_events_socket_opens_with_its_own_credential(server: PrefectSe
     with pytest.raises(InvalidStatus) as refused:
         asyncio.run(_events_in(url, mine, additional_headers=_as("vic")))
     assert refused.value.response.status_code == 403
+
+
+# --------------------------------------------------------------------------- signed in at the proxy
+PASSWORDS = {person: f"{person}-{uuid.uuid4().hex}" for person in PEOPLE}
+
+
+@pytest.fixture(scope="module")
+def signed_in(
+    server: PrefectServer, ca: TestCA, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TLSProxy]:
+    """nginx asking the identity endpoint about every request (oauth2-proxy's auth_request
+    contract), with each person's own password; people never hold the server's string."""
+    nginx_or_skip()
+    state = tmp_path_factory.mktemp("signed-in")
+    people = state / "people"
+    for person, password in PASSWORDS.items():
+        add_person(people, person, password)
+    certs: IssuedCert = ca.issue(state / "certs", ["127.0.0.1"])
+    with IdentityEndpoint(people, free_port(), state) as identity:
+        options = TLSProxyOptions(
+            listen_host="127.0.0.1",
+            listen_port=free_port(),
+            upstream=server.ui_url,
+            cert_file=certs.cert_file,
+            key_file=certs.key_file,
+            state_dir=state / "nginx",
+            identity_url=identity.auth_url,
+            server_auth_string=SecretStr(AUTH),
+        )
+        with TLSProxy(options) as running:
+            yield running
+
+
+def _person(proxy: TLSProxy, ca: TestCA, person: str, **options: Any) -> httpx.Client:
+    auth = httpx.BasicAuth(person, PASSWORDS[person]) if person else None
+    return httpx.Client(
+        base_url=proxy.api_url, verify=str(ca.cert_file), auth=auth, timeout=30, **options
+    )
+
+
+def test_through_the_proxy_each_person_acts_under_their_own_name(
+    signed_in: TLSProxy, ca: TestCA, server: PrefectServer, deployment: str
+) -> None:
+    start = f"/deployments/{deployment}/create_flow_run"
+    runs = _count_runs(server)
+    with _person(signed_in, ca, "vic") as vic, _person(signed_in, ca, "alice") as alice:
+        assert vic.post("/deployments/filter", json={}).status_code == 200
+        refused = vic.post(start, json={})
+        assert refused.status_code == 403 and "vic (viewer)" in refused.text
+        assert _count_runs(server) == runs
+        assert alice.post(start, json={}).status_code == 201
+        assert _count_runs(server) == runs + 1
+    with _person(signed_in, ca, "") as stranger:
+        anonymous = stranger.post("/deployments/filter", json={})
+        assert anonymous.status_code == 401
+        assert anonymous.headers["www-authenticate"].startswith("Basic")
+        assert stranger.get("/health").status_code == 200  # probes need no sign-in
+        wrong = stranger.post("/deployments/filter", json={}, auth=("alice", "not-hers"))
+        assert wrong.status_code == 401
+        # the server's own string is no sign-in at the proxy: people never need it
+        assert (
+            stranger.post("/deployments/filter", json={}, auth=basic_auth(AUTH)).status_code == 401
+        )
+
+
+def test_an_identity_header_sent_through_the_proxy_is_replaced(
+    signed_in: TLSProxy, ca: TestCA, deployment: str
+) -> None:
+    with _person(signed_in, ca, "vic", headers={IDENTITY_HEADER: "carol"}) as vic:
+        patched = vic.patch(f"/deployments/{deployment}", json={})
+    assert patched.status_code == 403 and "vic (viewer)" in patched.text
+
+
+def test_the_proxy_log_names_each_person_and_holds_no_secret(
+    signed_in: TLSProxy, ca: TestCA
+) -> None:
+    with _person(signed_in, ca, "bob") as bob:
+        assert bob.post("/flow_runs/filter", json={}).status_code == 200
+    state = signed_in.state_dir
+    log = (state / "access.log").read_text()
+    assert re.search(r" bob \[.*\] \"POST /api/flow_runs/filter\" 200", log), log[-500:]
+    for secret in (AUTH, *PASSWORDS.values()):
+        assert secret not in log
+    assert stat.S_IMODE((state / "nginx.conf").stat().st_mode) == 0o600  # it holds the string
+
+
+def test_the_ui_signed_in_at_the_proxy_asks_no_prefect_password(
+    signed_in: TLSProxy, ca: TestCA, server: PrefectServer
+) -> None:
+    ui = signed_in.api_url.removesuffix("/api")
+    with _person(signed_in, ca, "vic") as vic:
+        assert vic.get(f"{ui}/ui-settings").json()["auth"] is None
+    with httpx.Client(timeout=30, auth=basic_auth(AUTH)) as direct:
+        assert direct.get(f"{server.ui_url}/ui-settings").json()["auth"] == "BASIC"
+
+
+def test_a_worker_signs_in_with_its_own_credential_websockets_too(
+    signed_in: TLSProxy, ca: TestCA
+) -> None:
+    """A worker's Prefect client holds its own name and password as PREFECT_API_AUTH_STRING:
+    Prefect's client sends it as Basic auth, and in the events socket's auth message."""
+    own = f"worker-1:{PASSWORDS['worker-1']}"
+    flows = asyncio.run(_read_flows(signed_in.api_url, own, ca.cert_file))
+    assert isinstance(flows, list)
+    context = ssl.create_default_context(cafile=str(ca.cert_file))
+    header = {"Authorization": "Basic " + base64.b64encode(own.encode()).decode()}
+    url = _ws(signed_in.api_url)
+    answer = asyncio.run(
+        _events_in(url, _auth_message(own), ssl=context, additional_headers=header)
+    )
+    assert json.loads(answer) == {"type": "auth_success"}
+
+
+async def _read_flows(api_url: str, auth_string: str, ca_file: Path) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import (
+        PREFECT_API_AUTH_STRING,
+        PREFECT_API_SSL_CERT_FILE,
+        PREFECT_API_URL,
+        temporary_settings,
+    )
+
+    settings: dict[Any, Any] = {PREFECT_API_URL: api_url, PREFECT_API_AUTH_STRING: auth_string}
+    settings[PREFECT_API_SSL_CERT_FILE] = str(ca_file)
+    with temporary_settings(settings):
+        async with get_client() as client:
+            return list(await client.read_flows(limit=5))
 
 
 # --------------------------------------------------------------------------- behind TLS
