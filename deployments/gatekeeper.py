@@ -14,11 +14,18 @@ import base64
 import hmac
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from deployments.access import AccessPolicy
+from deployments.decisions import Decisions, Refused
+from write_engine.attestation import public_key_text, signing_key
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -27,18 +34,37 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 IDENTITY_HEADER = "x-compliance-user"
+#: the server's public key for attested decisions (served by the gatekeeper itself)
+DECISION_KEY_PATH = "/api/compliance/decision-key"
+RESUME = re.compile(r"/api/flow_runs/[0-9a-fA-F-]{36}/resume")
+CREATE_RUN = re.compile(r"/api/deployments/[0-9a-fA-F-]{36}/create_flow_run")
 #: websocket close code for a refused connection (RFC 6455: policy violation)
 POLICY_VIOLATION = 1008
 _log = logging.getLogger("compliance.access")
+DEFAULT_KEY_FILE = "compliance-decision-signing-key"
 
 
 class Gatekeeper:
     """ASGI middleware: ``Gatekeeper(app, policy, auth_string)``."""
 
-    def __init__(self, app: ASGIApp, policy: AccessPolicy, auth_string: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        policy: AccessPolicy,
+        auth_string: str | None,
+        signing_key: Ed25519PrivateKey | None = None,
+    ) -> None:
         self.app = app
         self.policy = policy
         self._expected = _basic(auth_string) if auth_string else None
+        self.signing_key = signing_key or Ed25519PrivateKey.generate()
+        self.decisions = Decisions(self.signing_key, self._as_server)
+
+    def _as_server(self) -> httpx.AsyncClient:
+        """This server's own API, in process, as the server (for the decisions' reads)."""
+        headers = {"Authorization": self._expected} if self._expected else {}
+        transport = httpx.ASGITransport(app=self.app)
+        return httpx.AsyncClient(transport=transport, base_url="http://server/api", headers=headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -47,12 +73,15 @@ class Gatekeeper:
             return
         headers = _headers(scope)
         person = headers.get(IDENTITY_HEADER, "").strip()
+        server = self._expected is None or self._from_proxy(headers)
+        if path == DECISION_KEY_PATH and server and not person:
+            await _respond(send, 200, self._signing())
+            return
         if not person or not self._from_proxy(headers):
             await self.app(scope, receive, send)  # the server's own process, or Prefect refuses
             return
         if path.endswith("/ui-settings"):  # signed in at the proxy: no Prefect login in the UI
-            plain = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
-            await self.app({**scope, "headers": plain}, receive, _without_ui_login(send))
+            await self.app(_uncompressed(scope), receive, _without_ui_login(send))
             return
         if not path.startswith("/api/"):
             await self.app(scope, receive, send)
@@ -69,7 +98,60 @@ class Gatekeeper:
             return
         if method == "WS":
             receive = self._authenticated_socket(receive)
-        await self.app(scope, receive, _logging_send(send, person, method, path))
+        send = _logging_send(send, person, method, path)
+        if path == DECISION_KEY_PATH:
+            await _respond(send, 200, self._signing())
+        elif method == "POST" and RESUME.fullmatch(path):
+            await self._resume(scope, receive, send, person, path.split("/")[3], parsed)
+        elif method == "POST" and _starts_a_run(path, parsed):
+            await self._start_run(scope, receive, send, person)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _resume(
+        self, scope: Scope, receive: Receive, send: Send, person: str, run_id: str, body: Any
+    ) -> None:
+        """A decision on a run waiting for approval is checked and signed before Prefect resumes
+        the run; a refused one leaves the run waiting."""
+        run_input = body.get("run_input") if isinstance(body, dict) else None
+        try:
+            await self.decisions.decide(run_id, person, run_input)
+        except Refused as refused:
+            _log.warning("refused %s's decision on flow run %s: %s", person, run_id, refused)
+            await _refuse(scope, send, str(refused))
+            return
+        await self.app(scope, receive, send)
+
+    async def _start_run(self, scope: Scope, receive: Receive, send: Send, person: str) -> None:
+        """The run is created, then who started it is kept (signed); if that cannot be kept,
+        the run is deleted again and the person told to retry."""
+        kept: list[Message] = []
+
+        async def hold(message: Message) -> None:
+            kept.append(message)
+
+        await self.app(_uncompressed(scope), receive, hold)  # its answer is read here
+        status = kept[0].get("status") if kept else None
+        created = _json(b"".join(m.get("body", b"") for m in kept[1:])) if status == 201 else None
+        if isinstance(created, dict) and created.get("id"):
+            try:
+                await self.decisions.record_requester(str(created["id"]), person)
+            except Exception:
+                _log.exception("the requester of flow run %s was not kept", created["id"])
+                async with self._as_server() as api:
+                    await api.delete(f"/flow_runs/{created['id']}")
+                await _respond(send, 503, {"detail": "the run could not be recorded; try again"})
+                return
+        for message in kept:
+            await send(message)
+
+    def _signing(self) -> dict[str, Any]:
+        """The server's decision key; decisions must carry its signature wherever the policy
+        names people (they sign in at the proxy)."""
+        return {
+            "public_key": public_key_text(self.signing_key),
+            "required": bool(self.policy.people),
+        }
 
     def _from_proxy(self, headers: dict[str, str]) -> bool:
         given = headers.get("authorization", "")
@@ -84,9 +166,11 @@ class Gatekeeper:
         return f"{person} ({roles}) may not {method} {path} (deployments/access_policy.yaml)"
 
     def _needs_body(self, person: str, method: str, path: str) -> bool:
-        """The body decides: a rule's field condition, or a block read that may ask secrets."""
+        """The body decides: a rule's field condition, a block read that may ask secrets, a
+        decision, or a run created for a deployment."""
         blocks = "/block_documents" in path or "/block_types" in path
-        return blocks or self.policy.needs_body(person, method, path)
+        runs = method == "POST" and (RESUME.fullmatch(path) or path.rstrip("/") == "/api/flow_runs")
+        return blocks or bool(runs) or self.policy.needs_body(person, method, path)
 
     def _authenticated_socket(self, receive: Receive) -> Receive:
         """Prefect's websockets wait for ``{"type": "auth", "token": …}``: a person's client
@@ -106,6 +190,13 @@ class Gatekeeper:
             return message
 
         return wrapped
+
+
+def _uncompressed(scope: Scope) -> Scope:
+    """The request without ``Accept-Encoding``: Prefect's app then answers plain JSON, which
+    the gatekeeper reads (a person's client gets it as it is)."""
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]
+    return {**scope, "headers": headers}
 
 
 def _basic(auth_string: str) -> str:
@@ -159,13 +250,23 @@ async def _refuse(scope: Scope, send: Send, reason: str) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": POLICY_VIOLATION, "reason": reason[:120]})
         return
-    payload = json.dumps({"detail": reason}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": 403, "headers": headers})
+    await _respond(send, 403, {"detail": reason})
+
+
+async def _respond(send: Send, status: int, content: Any) -> None:
+    payload = json.dumps(content).encode()
+    length = str(len(payload)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
+
+
+def _starts_a_run(path: str, body: Any) -> bool:
+    """A deployment's run, from its Run button or the flow-runs endpoint."""
+    if CREATE_RUN.fullmatch(path):
+        return True
+    creates = path.rstrip("/") == "/api/flow_runs" and isinstance(body, dict)
+    return creates and bool(body.get("deployment_id"))
 
 
 def _without_ui_login(send: Send) -> Send:
@@ -210,8 +311,9 @@ def _logging_send(send: Send, person: str, method: str, path: str) -> Send:
     return wrapped
 
 
-def install(policy: AccessPolicy) -> None:
-    """Wrap the app every ``prefect server start`` in this process serves."""
+def install(policy: AccessPolicy, key_file: Path | None = None) -> None:
+    """Wrap the app every ``prefect server start`` in this process serves; decisions are signed
+    with the key in ``key_file`` (default: in PREFECT_HOME; API replicas must share one)."""
     from prefect.server.api import server
     from prefect.settings import get_current_settings
 
@@ -220,9 +322,11 @@ def install(policy: AccessPolicy) -> None:
     original = server.create_app
 
     def create_app(*args: Any, **kwargs: Any) -> Any:
-        auth = get_current_settings().server.api.auth_string
+        settings = get_current_settings()
+        auth = settings.server.api.auth_string
         secret = auth.get_secret_value() if auth is not None else None
-        return Gatekeeper(original(*args, **kwargs), policy, secret)
+        key = signing_key(key_file or Path(settings.home) / DEFAULT_KEY_FILE)
+        return Gatekeeper(original(*args, **kwargs), policy, secret, key)
 
     create_app._gatekept = True  # type: ignore[attr-defined]
     server.create_app = create_app

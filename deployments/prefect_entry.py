@@ -8,10 +8,12 @@ from __future__ import annotations
 from deployments import gatekeeper
 from deployments.access import load_policy
 from deployments.orchestration import install
+from deployments.settings import deployment_settings
 
 if __name__ == "__main__":
     install()
-    gatekeeper.install(load_policy())  # a policy file that cannot be used stops the start
+    # a policy file that cannot be used stops the start
+    gatekeeper.install(load_policy(), deployment_settings().decision_key_file)
     from prefect.cli import app
 
     app()

@@ -44,12 +44,16 @@ class DeploymentSettings(LocalState):
     )
     #: the access policy file the Prefect API server enforces (None: the shipped one)
     access_policy: Path | None = None
+    #: the API server's key that signs four-eyes decisions (None: in its PREFECT_HOME)
+    decision_key_file: Path | None = None
     #: where failed write runs are notified; secret (its path is often a token)
     notify_webhook_url: SecretStr | None = None
     #: or ``<block-type-slug>/<block-name>`` of an operator's notification block
     notify_block: str | None = None
 
-    @field_validator("access_policy", "notify_webhook_url", "notify_block", mode="before")
+    @field_validator(
+        "access_policy", "decision_key_file", "notify_webhook_url", "notify_block", mode="before"
+    )
     @classmethod
     def _blank(cls, value: Any) -> Any:
         return blank_is_unset(value)

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from cryptography.fernet import Fernet
+from pydantic import SecretStr
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from deployments.auth import (
@@ -40,6 +41,7 @@ from deployments.auth import (
 )
 from deployments.automations import BLOCK_ENV, GRACE_ENV, WEBHOOK_ENV
 from deployments.database import parse_database_url, prepare_database, redact_text, redacted
+from deployments.identity import IdentityEndpoint
 from deployments.prefect_server import HOST, PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, http_ok, run_to_completion, wait_until
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
@@ -132,6 +134,11 @@ class StackOptions:
     tls_key: Path | None = None
     #: the CA bundle clients trust (PREFECT_API_SSL_CERT_FILE); default: tls_cert
     tls_ca: Path | None = None
+    #: people sign in at the TLS proxy with the names and passwords of this file
+    #: (``deployments/identity.py``); the stack's own processes use the server directly
+    people_file: Path | None = None
+    #: the access policy the servers enforce (COMPLIANCE_ACCESS_POLICY; default: the shipped one)
+    access_policy: Path | None = None
 
     def __post_init__(self) -> None:
         self._check_tls()
@@ -161,6 +168,12 @@ class StackOptions:
         if self.tls_cert is None and self.tls_ca is not None:
             raise ValueError("tls_ca: only with tls_cert and tls_key")
         for name in ("tls_cert", "tls_key", "tls_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}={str(path)!r}: no such file")
+        if self.people_file is not None and self.tls_cert is None:
+            raise ValueError("people_file: people sign in at the TLS proxy (give tls_cert/tls_key)")
+        for name in ("people_file", "access_policy"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{name}={str(path)!r}: no such file")
@@ -292,10 +305,19 @@ class LocalStack:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
+    @property
+    def own_api_url(self) -> str:
+        """Where the stack's own processes reach the API: past the sign-in proxy, which is for
+        people (they hold the server's auth string; people never do)."""
+        if self.options.people_file is None or self.server is None:
+            return self.api_url
+        return self.server.api_url
+
     def client_env(self, api_url: str | None = None) -> dict[str, str]:
         """API URL, auth string and (behind the TLS proxy) the CA bundle to trust."""
-        env = {"PREFECT_API_URL": api_url or self.api_url, CLIENT_AUTH_ENV: self.auth_string}
-        if self.tls_ca is not None:
+        url = api_url or self.own_api_url
+        env = {"PREFECT_API_URL": url, CLIENT_AUTH_ENV: self.auth_string}
+        if self.tls_ca is not None and url.startswith("https"):
             env[SSL_CERT_ENV] = str(self.tls_ca)
         return env
 
@@ -309,7 +331,12 @@ class LocalStack:
             "PREFECT_LOGGING_LEVEL": os.environ.get("PREFECT_LOGGING_LEVEL", "INFO"),
             "COMPLIANCE_STATE_DIR": str(self.state_dir / "compliance"),
             **self.client_env(),
+            **self._policy_env(),
         }
+
+    def _policy_env(self) -> dict[str, str]:
+        policy = self.options.access_policy
+        return {} if policy is None else {"COMPLIANCE_ACCESS_POLICY": str(Path(policy).resolve())}
 
     def worker_env(self, name: str = WORKER_NAME) -> dict[str, str]:
         """One worker's (and its flow runs') environment: the sandbox demo app's COMPLIANCE_*
@@ -453,6 +480,7 @@ class LocalStack:
         """nginx on ``host:prefect_port`` in front of the first server (``tls_cert`` set)."""
         cert, key = self.options.tls_cert, self.options.tls_key
         assert cert is not None and key is not None
+        identity_url = self._start_identity_endpoint()
         proxy = TLSProxy(
             TLSProxyOptions(
                 listen_host=self.host,
@@ -462,10 +490,24 @@ class LocalStack:
                 key_file=key,
                 state_dir=self.state_dir / "tls-proxy",
                 startup_timeout=self.options.startup_timeout,
+                identity_url=identity_url,
+                server_auth_string=SecretStr(self.auth_string) if identity_url else None,
             )
         )
         self.children.append(proxy.launch())
         proxy.wait_ready()
+
+    def _start_identity_endpoint(self) -> str | None:
+        """The sign-in endpoint the proxy asks about each request (``people_file`` set)."""
+        if self.options.people_file is None:
+            return None
+        identity = IdentityEndpoint(
+            Path(self.options.people_file).resolve(), free_port(HOST), self.logs_dir
+        )
+        identity.start()
+        assert identity.child is not None
+        self.children.append(identity.child)
+        return identity.auth_url
 
     def _start_the_rest(self) -> None:
         self.services = self._prefect_server(0, "services", "prefect-services.log")
@@ -540,7 +582,8 @@ class LocalStack:
         verify: ssl.SSLContext | bool = True
         if self.tls_ca is not None:
             verify = ssl.create_default_context(cafile=str(self.tls_ca))
-        return httpx.Client(base_url=self.api_url, timeout=30.0, auth=self.http_auth, verify=verify)
+        url = self.own_api_url
+        return httpx.Client(base_url=url, timeout=30.0, auth=self.http_auth, verify=verify)
 
     @retry(
         retry=retry_if_exception(_busy),

@@ -30,6 +30,13 @@ from pydantic import BaseModel, Field
 from compliance_api.errors import ComplianceError, InputError
 from runtime.events import deliver, deterministic_event_id
 from runtime.form import NonBlank, form_field
+from write_engine.attestation import (
+    DECISION_KEY,
+    DecisionRecord,
+    NotAttested,
+    public_key_from_text,
+    verified,
+)
 from write_engine.inputs import ItemInput, ItemT
 from write_engine.outcomes import AnyResult, Approval
 from write_engine.reporting import result_rows, run_link
@@ -57,7 +64,8 @@ ApprovalDeadline = Annotated[
 ]
 #: the flow-run inputs this module keeps on the run
 PLAN_KEY = "compliance-plan"
-DECISION_KEY = "compliance-approval"
+#: the gatekeeper's path of the server's public key (deployments/gatekeeper.py)
+DECISION_KEY_PATH = "/compliance/decision-key"
 #: the suspend's pause key: fixed, so the resumed run's suspend call returns the answer
 PAUSE_KEY = "approval"
 AWAITING_EVENT = "compliance.write-run.awaiting-approval"
@@ -81,17 +89,20 @@ NO_APPROVAL = ApprovalPolicy()
 
 
 class ApprovalInput(RunInput):
-    """The UI's Resume form of a run that waits for approval."""
+    """The UI's Resume form of a run that waits for approval. Where people sign in at the proxy,
+    it names the approver and the server signs the decision (docs/access.md); the form's
+    approver field is only for a server without sign-in (the try-out)."""
 
     #: no default, so a slip neither approves nor rejects (the form asks to choose)
     approve: Literal["yes", "no"] = Field(
         title="Approve",
         description="yes: apply exactly this plan. no: reject it (nothing is sent).",
     )
-    approver: NonBlank = Field(
-        title="Approver",
-        description="Your name, as it should appear in the run's results and the audit "
-        "event. Not checked by Prefect: someone other than the requester should decide.",
+    approver: NonBlank | None = Field(
+        default=None,
+        title="Approver (only without sign-in)",
+        description="Where people sign in, leave it empty: the sign-in names you. On a server "
+        "without sign-in (the try-out), your name as it should appear in the record.",
     )
     reason: NonBlank = Field(
         title="Reason",
@@ -110,6 +121,89 @@ class PlanRecord(BaseModel):
 
 class PlanChanged(ComplianceError):
     """The approved run's items are not the planned ones: nothing is sent."""
+
+
+class DecisionRefused(ComplianceError):
+    """The decision is missing, unsigned, forged, or not this run's and plan's: nothing is sent."""
+
+
+@dataclass(frozen=True)
+class Signing:
+    """The server's decision key, and whether decisions must carry its signature (people sign
+    in at the proxy: the access policy names them)."""
+
+    public_key: Any
+    required: bool
+
+
+async def server_signing() -> Signing:
+    """Asked of the Prefect server's gatekeeper (deployments/gatekeeper.py)."""
+    async with get_client() as client:
+        response = await client._client.get(DECISION_KEY_PATH)  # noqa: SLF001
+    response.raise_for_status()
+    answer = response.json()
+    return Signing(public_key_from_text(answer["public_key"]), bool(answer.get("required")))
+
+
+def _recorded(run_id: Any, stored: Any, plan: PlanRecord, signing: Signing) -> Approval:
+    """A decision kept on the run: signed by the server (checked), or, where people do not sign
+    in, as the flow recorded it from the form."""
+    if signing.required or (isinstance(stored, dict) and "signature" in stored):
+        return _attested(run_id, stored, plan, signing)
+    return Approval.model_validate(stored)
+
+
+def _typed(answer: ApprovalInput, plan: PlanRecord) -> Approval:
+    """Where no one signs in (the try-out): the approver is who the form says."""
+    if answer.approver is None:
+        raise DecisionRefused(
+            "approver: name yourself in the Resume form (this server has no sign-in, "
+            "docs/access.md); nothing was sent"
+        )
+    return Approval(
+        approved=answer.approve == "yes",
+        approver=answer.approver,
+        reason=answer.reason,
+        decided_at=datetime.now(UTC),
+        plan_digest=plan.digest,
+        total=plan.total,
+    )
+
+
+def _attested(run_id: Any, stored: Any, plan: PlanRecord, signing: Signing) -> Approval:
+    """The decision the server signed for this run's plan after the plan was shown;
+    ``DecisionRefused`` otherwise."""
+    if stored is None:
+        raise DecisionRefused(
+            f"flow run {run_id} was resumed without a decision signed by the Prefect server: "
+            "approve or reject signed in at the proxy (docs/access.md). Nothing was sent"
+        )
+    try:
+        record = verified(DecisionRecord, stored, signing.public_key)
+    except NotAttested as error:
+        raise DecisionRefused(f"flow run {run_id}: {error}; nothing was sent") from None
+    problems = []
+    if record.flow_run_id != str(run_id):
+        problems.append(f"it is flow run {record.flow_run_id}'s")
+    if record.plan_digest != plan.digest:
+        problems.append(f"it is about plan {record.plan_digest[:12]}, not {plan.digest[:12]}")
+    if record.decided_at < plan.planned_at:
+        problems.append("it was made before this plan was shown")
+    if problems:
+        raise DecisionRefused(
+            f"flow run {run_id}: the signed decision does not hold ({'; '.join(problems)}); "
+            "nothing was sent"
+        )
+    return Approval(
+        approved=record.approved,
+        approver=record.approver,
+        requester=record.requester,
+        reason=record.reason,
+        decided_at=record.decided_at,
+        plan_digest=record.plan_digest,
+        total=record.total,
+        signature_checked=True,
+    )
 
 
 def plan_digest(items: Sequence[ItemInput]) -> str:
@@ -148,11 +242,20 @@ async def approved_or_rejected(
     The counts and rows (``planned``) are worked out only when the plan is first shown."""
     run_id = _flow_run_id()
     digest = plan_digest(items)
+    signing = await server_signing()
+    asked = await _asked_before(run_id)
     recorded = await aread_flow_run_input(DECISION_KEY, flow_run_id=run_id)
-    decision = Approval.model_validate(recorded) if recorded else None
+    decision: Approval | None = None
+    if recorded is not None:  # decided (a resumed or restarted run): it is not asked again
+        if not asked:
+            raise DecisionRefused(
+                f"flow run {run_id} holds a decision stored before it asked for one; nothing "
+                "was sent. Start a new run: its plan is decided when it asks"
+            )
+        decision = _recorded(run_id, recorded, await _shown_plan(run_id), signing)
     if decision is None:
         seconds = max(1, round(policy.deadline_hours * 3600))
-        if await _asked_before(run_id):  # resumed: the answer is about the plan it was shown
+        if asked:  # resumed: the answer is about the plan it was shown
             plan = await _shown_plan(run_id)
         else:
             counts = plan_counts(items, groups)
@@ -166,16 +269,12 @@ async def approved_or_rejected(
         answer: ApprovalInput = await asuspend_flow_run(
             wait_for_input=form, timeout=seconds, key=PAUSE_KEY
         )
-        decision = Approval(
-            approved=answer.approve == "yes",
-            approver=answer.approver,
-            reason=answer.reason,
-            decided_at=datetime.now(UTC),
-            plan_digest=plan.digest,
-            total=plan.total,
-        )
-        await acreate_flow_run_input(DECISION_KEY, decision.model_dump(mode="json"), run_id)
-        await _emit_decision(flow_key, run_id, decision)
+        if signing.required:  # resumed past the gatekeeper: it stored no signed decision
+            decision = _attested(run_id, None, plan, signing)
+        else:
+            decision = _typed(answer, plan)
+            await acreate_flow_run_input(DECISION_KEY, decision.model_dump(mode="json"), run_id)
+    await _emit_decision(flow_key, run_id, decision)  # a repeat is a no-op (its id)
     verb = "approved" if decision.approved else "rejected"
     get_run_logger().info(
         "Plan of %d item(s) %s by %s at %s: %s",

@@ -73,18 +73,22 @@ class Approval(BaseModel):
     """Who decided on a run's plan, when and why (write_engine/approval.py)."""
 
     approved: bool
-    #: as the approver typed it: Prefect's open-source server has no users to check it against
+    #: who decided and who started the run, as signed in at the proxy (docs/access.md)
     approver: str
+    requester: str = ""
     reason: str
     decided_at: datetime
     #: the plan decided on: its items' digest and count
     plan_digest: str
     total: int
+    #: the decision carried the Prefect server's signature, checked before anything was sent
+    signature_checked: bool = False
 
     def line(self) -> str:
         verb = "Approved" if self.approved else "Rejected"
         when = self.decided_at.isoformat(timespec="seconds")
-        return f"{verb} by {self.approver} at {when}: {self.reason}"
+        asked = f" (requested by {self.requester})" if self.requester else ""
+        return f"{verb} by {self.approver}{asked} at {when}: {self.reason}"
 
 
 class RunSummary(BaseModel):

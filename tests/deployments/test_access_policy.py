@@ -88,6 +88,19 @@ def test_a_worker_writes_only_the_projects_own_variables(policy: AccessPolicy) -
     assert not policy.needs_body("worker-1", "POST", "/api/deployments/filter")
 
 
+def test_no_person_writes_a_requester_record_or_a_decision(policy: AccessPolicy) -> None:
+    """Only the server (its gatekeeper, which saw both identities) writes these two inputs; a
+    worker writes the plan and the approval form's schema."""
+    write = f"POST {RUN}/input"
+    for person in PEOPLE:
+        for key in ("compliance-approval", "compliance-requester", "suspended-approval-response"):
+            assert not allowed(policy, person, write, {"key": key, "value": "{}"}), (person, key)
+        assert not allowed(policy, person, f"DELETE {RUN}/input/compliance-requester")
+    for key in ("compliance-plan", "suspended-approval-schema", "suspended-approval-description"):
+        assert allowed(policy, "worker-1", write, {"key": key, "value": "{}"}), key
+    assert allowed(policy, "vic", "GET /api/compliance/decision-key")
+
+
 def test_a_person_without_a_role_may_do_nothing(policy: AccessPolicy) -> None:
     assert policy.roles_of("mallory") == frozenset()
     assert not allowed(policy, "mallory", "POST /api/deployments/filter")

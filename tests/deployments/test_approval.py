@@ -1,9 +1,11 @@
 """Four-eyes approval through the deployment, as operators use it (write_engine/approval.py).
 
 A real ``prefect server start`` (PostgreSQL), ``prefect deploy --all`` of prefect.yaml (where
-``add-people-to-groups/on-demand`` requires approval), one process worker and the sandbox. Runs
-are started and resumed through the Prefect REST API, exactly what the UI's Run and Resume
-buttons send; the sandbox counts every add-people call per group and person.
+``add-people-to-groups/on-demand`` requires approval), one process worker and the sandbox, behind
+the TLS proxy where people sign in as themselves (deployments/identity.py, the access policy).
+Runs are started and resumed through the Prefect REST API, exactly what the UI's Run and Resume
+buttons send, by people through the proxy (``person``) or by the stack itself; the sandbox counts
+every add-people call per group and person.
 
 One stack for the module; the tests use different groups, so the counts stay apart.
 """
@@ -13,24 +15,32 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
+import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from deployments.automations import WEBHOOK_ENV
+from deployments.gatekeeper import IDENTITY_HEADER
+from deployments.identity import add_person
 from deployments.stack import LocalStack
 from sandbox.control import SandboxControl
+from tests.deployments.test_access_policy import with_people
 from tests.fixtures.stack import (
     assert_no_secret_in_prefect_database,
+    deployment_id,
     eventually,
     replace_worker,
     run_deployment,
     stack_options,
     state_of,
 )
+from tests.fixtures.tls import make_ca, nginx_or_skip
 from tests.fixtures.webhooks import Receiver, webhook_receiver
 from write_engine.approval import APPROVED_EVENT, AWAITING_EVENT, REJECTED_EVENT
 
@@ -42,6 +52,15 @@ ADD_PEOPLE = "POST /v1/groups/{groupId}/add-people"
 #: crash detection's grace (the default is 90 s): a wait longer than this proves a suspended
 #: run is not taken for a dead one
 GRACE_SECONDS = 45
+#: who signs in at the proxy, and their roles
+PEOPLE = {
+    "alice": ["requester", "approver"],  # may decide, but never on her own runs
+    "bob": ["approver"],
+    "dana": ["approver"],
+    "vic": ["viewer"],
+    "worker-1": ["worker"],
+}
+PASSWORDS = {person: f"{person}-{uuid.uuid4().hex}" for person in PEOPLE}
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +75,22 @@ def stack(
     postgres_databases: Callable[[], str],
     receiver: Receiver,
 ) -> Iterator[LocalStack]:
+    nginx_or_skip()
+    secrets = tmp_path_factory.mktemp("sign-in")
+    ca = make_ca(secrets)
+    certs = ca.issue(secrets / "certs", ["127.0.0.1"])
+    people = secrets / "people"
+    for person, password in PASSWORDS.items():
+        add_person(people, person, password)
     options = stack_options(
         database_url=postgres_databases(),
         state_dir=tmp_path_factory.mktemp("stack"),
         unresponsive_run_grace_seconds=GRACE_SECONDS,
+        tls_cert=certs.cert_file,
+        tls_key=certs.key_file,
+        tls_ca=ca.cert_file,
+        people_file=people,
+        access_policy=with_people(secrets, PEOPLE),
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(WEBHOOK_ENV, receiver.url)  # read by bootstrap: the notification block
@@ -106,11 +137,31 @@ def wait_for_approval(stack: LocalStack, run_id: str) -> dict[str, Any]:
     return eventually("the run to wait for approval", lambda: suspended(stack, run_id), 120)
 
 
-def resume(stack: LocalStack, run_id: str, **answer: Any) -> dict[str, Any]:
-    """What the UI's Resume form sends."""
-    response = stack.request("POST", f"/flow_runs/{run_id}/resume", {"run_input": answer})
+def as_person(stack: LocalStack, person: str) -> httpx.Client:
+    """What a person's browser or CLI uses: the proxy, signed in as themself."""
+    auth = httpx.BasicAuth(person, PASSWORDS[person])
+    verify = ssl.create_default_context(cafile=str(stack.tls_ca))
+    return httpx.Client(base_url=stack.api_url, auth=auth, verify=verify, timeout=30)
+
+
+def resume(stack: LocalStack, run_id: str, person: str, **answer: Any) -> dict[str, Any]:
+    """What the UI's Resume form sends, signed in as ``person``."""
+    with as_person(stack, person) as client:
+        response = client.post(f"/flow_runs/{run_id}/resume", json={"run_input": answer})
     result: dict[str, Any] = response.json()
+    result["http_status"] = response.status_code
     return result
+
+
+def start_as(stack: LocalStack, person: str, name: str, parameters: dict[str, Any]) -> str:
+    """The deployment's Run button, pressed by ``person``."""
+    with as_person(stack, person) as client:
+        deployment = client.get(f"/deployments/name/{name}").json()["id"]
+        response = client.post(
+            f"/deployments/{deployment}/create_flow_run", json={"parameters": parameters}
+        )
+    response.raise_for_status()
+    return str(response.json()["id"])
 
 
 def final_state(stack: LocalStack, run_id: str, timeout: float = 180.0) -> dict[str, Any]:
@@ -170,10 +221,14 @@ def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
     plan = [(groups[0], p) for p in people[:120]] + [(groups[1], p) for p in people[120:150]]
     calls_before = add_calls(control)
 
-    run = run_deployment(stack, ADD, {"pasted_rows": csv_rows(plan)})
+    run = start_as(stack, "alice", ADD, {"pasted_rows": csv_rows(plan)})
     wait_for_approval(stack, run)
     assert add_calls(control) == calls_before, "nothing is sent before the decision"
     eventually("the run's process to end", lambda: not flow_run_processes(stack), 60)
+    own = resume(stack, run, "alice", approve="yes", reason="my own change")
+    assert own["http_status"] == 403, own
+    assert "alice requested flow run" in own["detail"] and "someone else" in own["detail"]
+    assert suspended(stack, run), "the requester's own approval leaves it waiting"
 
     # the plan an approver reads: counts per group, and the full list
     shown = artifact(stack, run, "add-people-to-groups-plan")
@@ -208,9 +263,7 @@ def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
     )
     assert suspended(stack, run), "still waiting after the grace and a new worker"
 
-    answer = resume(
-        stack, run, approve="yes", approver="Dana Reyes (security)", reason="CHG-1234 onboarding"
-    )
+    answer = resume(stack, run, "dana", approve="yes", reason="CHG-1234 onboarding")
     assert answer["status"] == "ACCEPT", answer
     assert final_state(stack, run)["type"] == "COMPLETED"
 
@@ -220,10 +273,12 @@ def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
     assert history(stack, run).count("Suspended") == 1
 
     results = artifact(stack, run, "add-people-to-groups-results")
-    assert "Approved by Dana Reyes (security) at " in results["description"]
+    assert "Approved by dana (requested by alice) at " in results["description"]
     assert "CHG-1234 onboarding" in results["description"]
     approved = stored_event(stack, APPROVED_EVENT, run)
-    assert approved["payload"]["approver"] == "Dana Reyes (security)"
+    assert approved["payload"]["approver"] == "dana"
+    assert approved["payload"]["requester"] == "alice"
+    assert approved["payload"]["signature_checked"] is True
     assert approved["payload"]["reason"] == "CHG-1234 onboarding"
     assert approved["payload"]["total"] == 150
     assert stored_event(stack, AWAITING_EVENT, run)["payload"]["total"] == 150
@@ -245,18 +300,23 @@ def test_a_rejected_plan_sends_nothing_and_the_run_ends_cancelled(
     run = run_deployment(stack, ADD, {"pasted_rows": rows})
     wait_for_approval(stack, run)
     # the form has no default answer: submitted without one, it is refused and the run waits
-    unanswered = resume(stack, run, approver="Sam Ortiz", reason="no ticket")
-    assert unanswered["status"] == "REJECT" and "approve" in str(unanswered["details"])
+    unanswered = resume(stack, run, "bob", reason="no ticket")
+    assert unanswered["http_status"] == 403 and "approve" in unanswered["detail"]
+    blank = resume(stack, run, "bob", approve="no", reason="   ")
+    assert blank["http_status"] == 403 and "run_input.reason" in blank["detail"]
     assert suspended(stack, run)
-    resume(stack, run, approve="no", approver="Sam Ortiz", reason="no ticket for this access")
+    resume(stack, run, "bob", approve="no", reason="no ticket for this access")
     state = final_state(stack, run)
 
     assert state["type"] == "CANCELLED"
-    assert "Rejected by Sam Ortiz" in state["message"]
+    assert "Rejected by bob" in state["message"]
     assert "nothing was sent" in state["message"]
     assert add_calls(control) == calls_before and added(control, group) == {}
     results = artifact(stack, run, "add-people-to-groups-results")
-    assert "Rejected by Sam Ortiz at " in results["description"]
+    assert (
+        "Rejected by bob (requested by an automation or the server itself) at "
+        in results["description"]
+    )
     assert {row["outcome"] for row in results["data"]} == {"skipped"}
     assert "no ticket for this access" in results["data"][0]["reason"]
     rejected = stored_event(stack, REJECTED_EVENT, run)
@@ -311,9 +371,9 @@ def test_pasted_rows_plan_as_the_same_file_and_a_file_changed_since_is_refused(
     assert plan_of(stack, pasted)["digest"] == plan_of(stack, run)["digest"]
     plan_table = artifact(stack, run, "add-people-to-groups-plan")
     assert artifact(stack, pasted, "add-people-to-groups-plan")["data"] == plan_table["data"]
-    resume(stack, pasted, approve="no", approver="Dana Reyes", reason="the same as the file")
+    resume(stack, pasted, "dana", approve="no", reason="the same as the file")
     people_file.write_text("person_id\n" + "\n".join([*people, seed["people"][321]]) + "\n")
-    resume(stack, run, approve="yes", approver="Dana Reyes", reason="CHG-77")
+    resume(stack, run, "dana", approve="yes", reason="CHG-77")
     state = final_state(stack, run)
 
     assert state["type"] == "FAILED"
@@ -332,7 +392,7 @@ def test_a_crash_after_approval_is_recovered_without_asking_again_or_adding_twic
             stack, ADD, {"group_ids": [group], "person_ids": people, "concurrency": 1}
         )
         wait_for_approval(stack, run)
-        resume(stack, run, approve="yes", approver="Dana Reyes", reason="CHG-9")
+        resume(stack, run, "dana", approve="yes", reason="CHG-9")
         eventually("the first chunk", lambda: len(added(control, group)) >= 100, 120)
         processes = flow_run_processes(stack)
         assert processes, "the resumed run's process"
@@ -362,7 +422,7 @@ def test_a_rerun_of_an_approved_run_needs_no_second_approval(
 
     run = run_deployment(stack, ADD, {"pasted_rows": csv_rows(plan)})
     wait_for_approval(stack, run)
-    resume(stack, run, approve="yes", approver="Dana Reyes", reason="CHG-12")
+    resume(stack, run, "dana", approve="yes", reason="CHG-12")
     assert final_state(stack, run)["type"] == "FAILED", "the unknown person failed"
     assert all(added(control, group).get(p) == 1 for p in people)
     calls_before = add_calls(control)
@@ -382,3 +442,63 @@ def test_the_run_form_offers_pasted_rows_and_approval(stack: LocalStack) -> None
     assert "person_id and optional group_id" in properties["pasted_rows"]["description"]
     assert properties["approval_deadline_hours"]["exclusiveMinimum"] == 0
     assert properties["require_approval"]["default"] is False  # the flow's own default
+
+
+def test_a_decision_not_signed_by_the_server_is_refused_with_nothing_sent(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any]
+) -> None:
+    """Whoever resumes past the sign-in proxy (here the stack, with the server's own string)
+    leaves no signed decision: the run refuses it before any call. A decision stored before the
+    run asked for one is refused too."""
+    group, people = seed["groups"][4], seed["people"][470:475]
+    calls_before = add_calls(control)
+
+    run = run_deployment(stack, ADD, {"group_ids": [group], "person_ids": people})
+    wait_for_approval(stack, run)
+    answer = {"run_input": {"approve": "yes", "reason": "x"}}
+    stack.request("POST", f"/flow_runs/{run}/resume", answer)
+    state = final_state(stack, run)
+    assert state["type"] == "FAILED"
+    assert "without a decision signed by the Prefect server" in state["message"]
+
+    # created to start in an hour, a decision stored meanwhile, then started now
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    create = f"/deployments/{deployment_id(stack, ADD)}/create_flow_run"
+    parameters = {"group_ids": [group], "person_ids": people}
+    scheduled = {"type": "SCHEDULED", "state_details": {"scheduled_time": later}}
+    early = stack.request("POST", create, {"parameters": parameters, "state": scheduled}).json()
+    forged = {"approved": True, "approver": "dana", "reason": "x", "plan_digest": "0" * 64}
+    stored = {"key": "compliance-approval", "value": json.dumps(forged)}
+    stack.request("POST", f"/flow_runs/{early['id']}/input", stored)
+    now = {"state": {"type": "SCHEDULED"}, "force": True}
+    stack.request("POST", f"/flow_runs/{early['id']}/set_state", now)
+    state = final_state(stack, early["id"])
+    assert state["type"] == "FAILED"
+    assert "stored before it asked for one" in state["message"]
+    assert add_calls(control) == calls_before and added(control, group) == {}
+
+
+def test_a_worker_or_a_viewer_can_neither_decide_nor_edit_and_a_forged_name_is_ignored(
+    stack: LocalStack, seed: dict[str, Any]
+) -> None:
+    group, people = seed["groups"][4], seed["people"][480:482]
+    run = run_deployment(stack, ADD, {"group_ids": [group], "person_ids": people})
+    wait_for_approval(stack, run)
+    deployment = stack.request("GET", f"/deployments/name/{ADD}").json()["id"]
+    for person in ("worker-1", "vic"):
+        assert resume(stack, run, person, approve="yes", reason="x")["http_status"] == 403
+        with as_person(stack, person) as client:
+            edit = client.patch(f"/deployments/{deployment}", json={"parameters": {}})
+            assert edit.status_code == 403
+            decision = {"key": "compliance-approval", "value": "{}"}
+            assert client.post(f"/flow_runs/{run}/input", json=decision).status_code == 403
+    with as_person(stack, "vic") as vic:
+        forged = vic.post(
+            f"/flow_runs/{run}/resume",
+            json={"run_input": {"approve": "yes", "reason": "x"}},
+            headers={IDENTITY_HEADER: "dana"},
+        )
+    assert forged.status_code == 403 and "vic (viewer)" in forged.text
+    assert suspended(stack, run)
+    resume(stack, run, "bob", approve="no", reason="only a test of who may decide")
+    assert final_state(stack, run)["type"] == "CANCELLED"

@@ -62,6 +62,7 @@ from tests.fixtures.stack import (
     run_deployment,
 )
 from tests.fixtures.tls import IssuedCert, TestCA, make_ca, nginx_or_skip
+from write_engine.attestation import RequesterRecord, public_key_from_text, verified
 
 AUTH = generate_auth_string()
 WRONG = generate_auth_string()
@@ -282,6 +283,29 @@ def test_each_person_gets_what_their_role_allows_and_nothing_else(
         assert client.get("/admin/settings", headers=_as("carol")).status_code == 403
         unknown = client.post("/deployments/filter", json={}, headers=_as("mallory"))
         assert unknown.status_code == 403 and "mallory (no role)" in unknown.text
+
+
+def test_a_run_a_person_starts_keeps_who_started_it_signed(
+    server: PrefectServer, deployment: str
+) -> None:
+    """The requester record four eyes rest on: written by the server, signed with its key (the
+    key the runs fetch), naming the person the proxy signed in; not writable by a person."""
+    with httpx.Client(base_url=server.api_url, timeout=30) as client:
+        started = client.post(
+            f"/deployments/{deployment}/create_flow_run", json={}, headers=_as("alice")
+        )
+        assert started.status_code == 201
+        run = started.json()["id"]
+        signing = client.get("/compliance/decision-key", headers=_as("vic")).json()
+        assert signing["required"] is True  # the policy names people
+        stored = client.get(f"/flow_runs/{run}/input/compliance-requester", headers=_as("vic"))
+        forged = {"key": "compliance-requester", "value": "{}"}
+        refused = client.post(f"/flow_runs/{run}/input", json=forged, headers=_as("worker-1"))
+    record = verified(
+        RequesterRecord, json.loads(stored.text), public_key_from_text(signing["public_key"])
+    )
+    assert (record.flow_run_id, record.requester) == (run, "alice")
+    assert refused.status_code == 403
 
 
 def test_a_worker_may_write_the_projects_records_but_not_what_pull_steps_read(
