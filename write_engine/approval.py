@@ -9,7 +9,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -50,7 +50,8 @@ RequireApproval = Annotated[
         "Publish the plan and wait, suspended (no worker is held), until someone approves or "
         "rejects it with the run's Resume button; only a run of a deployment can wait. Rejected "
         "or unanswered: nothing is sent. Items that change between the plan and the decision "
-        "(an edited file; with from_audit_log, new log entries) refuse the run: plan again.",
+        "(an edited file; with from_audit_log, new log entries) refuse the run: plan again. "
+        "A deployment that requires approval cannot be turned off here.",
     ),
 ]
 ApprovalDeadline = Annotated[
@@ -292,6 +293,26 @@ async def approved_or_rejected(
             "the plan. Nothing was sent; start a new run to plan and approve the change again"
         )
     return decision
+
+
+async def as_deployed(policy: ApprovalPolicy) -> ApprovalPolicy:
+    """A deployment whose parameters require approval requires it of every run: a run's own
+    ``require_approval: false`` does not turn it off (only a change of the deployment, an
+    admin's, does)."""
+    context = FlowRunContext.get()
+    run = context.flow_run if context else None
+    if policy.required or run is None or run.deployment_id is None:
+        return policy
+    async with get_client() as client:
+        deployment = await client.read_deployment(run.deployment_id)
+    if deployment.parameters.get("require_approval") is not True:
+        return policy
+    get_run_logger().warning(
+        "require_approval is false on this run, but its deployment %r requires approval: the "
+        "plan waits for a decision",
+        deployment.name,
+    )
+    return replace(policy, required=True)
 
 
 def check_can_wait() -> None:

@@ -38,6 +38,7 @@ from write_engine.approval import (
     NO_APPROVAL,
     ApprovalPolicy,
     approved_or_rejected,
+    as_deployed,
     check_can_wait,
 )
 from write_engine.inputs import UNUSABLE_ID, ItemInput, ItemT, ParsedItems
@@ -192,6 +193,8 @@ async def run_write_job(
         )
     units = job.units(items)
     progress = Progress(job.flow_key, len(units))
+    if not dry_run:
+        approval = await as_deployed(approval)
     waits = approval.required and not dry_run
     mode = "Dry run: planning" if dry_run else "Planning for approval" if waits else "Applying"
     logger.info("%s %d item(s) in %d call unit(s)", mode, len(items), len(units))

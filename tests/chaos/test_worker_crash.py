@@ -26,6 +26,7 @@ from sandbox.control import SandboxControl
 from tests.fixtures.chaos import ADD_PEOPLE, slow
 from tests.fixtures.stack import (
     assert_no_secret_in_prefect_database,
+    deployment_id,
     eventually,
     kill_machine,
     replace_worker,
@@ -62,8 +63,12 @@ def test_worker_killed_mid_run_is_marked_crashed_and_the_rerun_finishes(
         "group_ids": [group],
         "person_ids": people,
         "concurrency": 1,
-        "require_approval": False,  # this test is about the crash, not the approval
     }
+    # this test is about the crash, not the approval: the deployment's policy off (an admin's
+    # change; a run's own require_approval: false would not do)
+    deployment = deployment_id(stack, DEPLOYMENT)
+    policy = {"parameters": {"require_approval": False}}
+    stack.request("PATCH", f"/deployments/{deployment}", policy)
     control.set_fault(route=ADD_PEOPLE, latency_ms=500)
 
     killed_run = run_deployment(stack, DEPLOYMENT, parameters)

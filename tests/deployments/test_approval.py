@@ -48,6 +48,7 @@ pytestmark = pytest.mark.timeout(600)
 
 ADD = "add-people-to-groups/on-demand"
 RERUN = "rerun-failed-items/on-failed-items"
+PROMOTE = "promote-discovered-vendors/on-discovery"
 ADD_PEOPLE = "POST /v1/groups/{groupId}/add-people"
 #: crash detection's grace (the default is 90 s): a wait longer than this proves a suspended
 #: run is not taken for a dead one
@@ -247,11 +248,8 @@ def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
     assert f"runs/flow-run/{run}" in notice["body"]
 
     # the one worker serves another run meanwhile: the waiting run holds no process
-    other = run_deployment(
-        stack,
-        ADD,
-        {"group_ids": [groups[2]], "person_ids": [people[499]], "require_approval": False},
-    )
+    vendor = seed["discovered_vendors"][0]
+    other = run_deployment(stack, PROMOTE, {"discovered_vendor_ids": [vendor]})
     assert final_state(stack, other)["type"] == "COMPLETED"
     assert suspended(stack, run), "still waiting"
 
@@ -269,7 +267,7 @@ def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
 
     assert added(control, groups[0]) == {p: 1 for _, p in plan[:120]}
     assert added(control, groups[1]) == {p: 1 for _, p in plan[120:]}
-    assert add_calls(control) - calls_before == 3 + 1, "2 chunks + 1 chunk, and the other run"
+    assert add_calls(control) - calls_before == 3, "2 chunks + 1 chunk"
     assert history(stack, run).count("Suspended") == 1
 
     results = artifact(stack, run, "add-people-to-groups-results")
@@ -502,3 +500,20 @@ def test_a_worker_or_a_viewer_can_neither_decide_nor_edit_and_a_forged_name_is_i
     assert suspended(stack, run)
     resume(stack, run, "bob", approve="no", reason="only a test of who may decide")
     assert final_state(stack, run)["type"] == "CANCELLED"
+
+
+def test_a_run_cannot_turn_off_its_deployments_approval(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any]
+) -> None:
+    """require_approval: true on the deployment is its policy: a requester's run that sets it
+    false still waits, and nothing is sent until someone else decides."""
+    group, people = seed["groups"][4], seed["people"][490:493]
+    calls_before = add_calls(control)
+    parameters = {"group_ids": [group], "person_ids": people, "require_approval": False}
+
+    run = start_as(stack, "alice", ADD, parameters)
+    wait_for_approval(stack, run)
+    assert add_calls(control) == calls_before
+    resume(stack, run, "bob", approve="yes", reason="CHG-31")
+    assert final_state(stack, run)["type"] == "COMPLETED"
+    assert added(control, group) == dict.fromkeys(people, 1)
