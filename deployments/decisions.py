@@ -24,6 +24,7 @@ from write_engine.attestation import (
     DecisionRecord,
     NotAttested,
     RequesterRecord,
+    digest_of,
     sign,
     verified,
 )
@@ -67,8 +68,11 @@ class Decisions:
                 return
             approve, reason = _answer(run_input)
             plan = await _input(api, flow_run_id, PLAN_KEY)
-            if not isinstance(plan, dict) or "digest" not in plan:
-                raise Refused(f"flow run {flow_run_id} has no plan to decide on")
+            if not isinstance(plan, dict) or not _whole(plan):
+                raise Refused(
+                    f"flow run {flow_run_id} has no whole plan to decide on (its item list "
+                    "does not give its digest): start a new run"
+                )
             requester = await self._requester(api, flow_run_id)
             if requester == person:
                 raise Refused(
@@ -99,6 +103,15 @@ class Decisions:
         if record.flow_run_id != flow_run_id:
             raise Refused(f"flow run {flow_run_id}: its requester record is another run's")
         return record.requester
+
+
+def _whole(plan: dict[str, Any]) -> bool:
+    """The plan's digest is that of its item list: the signature then covers every item."""
+    items = plan.get("items")
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        return False
+    whole = plan.get("digest") == digest_of(items) and plan.get("total") == len(items)
+    return bool(items) and whole
 
 
 def _waits_for_approval(run: Any) -> bool:

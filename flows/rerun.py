@@ -29,7 +29,8 @@ from flows.promote_vendors import VendorPromotion
 from flows.questionnaires import QuestionnaireRouting
 from runtime import collector
 from runtime.form import AtLeastOne, Maybe, title
-from write_engine.inputs import dedupe, parse_items
+from write_engine.approval import approved_plan
+from write_engine.inputs import ParsedItems, dedupe, parse_items
 from write_engine.outcomes import ItemResult, ItemsFailed, Outcome, RunSummary
 from write_engine.reporting import FailedItemsRecord, read_failed_items
 from write_engine.run import DEFAULT_CONCURRENCY, Concurrency, WriteJob, run_write_job
@@ -160,6 +161,8 @@ async def rerun_failed_items(
     async with factory(unconfirmed_links) as job:
         records = [(f"failed item {i}", data) for i, data in enumerate(send, start=1)]
         parsed = dedupe(parse_items(job.item_model, records))
+        parsed, outside = await _inside_the_approved_plan(run_id, parsed)
+        kept += outside
         with collector.tuned_for_bulk_run():
             return await run_write_job(
                 job,
@@ -170,6 +173,45 @@ async def rerun_failed_items(
                 attempt=attempt,
                 carried=kept,
             )
+
+
+#: reruns followed back to the run that started the chain, at most
+MAX_CHAIN = 100
+OUTSIDE_PLAN = "not in the plan approved for run {run}: not sent (start a new run to plan it)"
+
+
+async def _inside_the_approved_plan(
+    run_id: str, parsed: ParsedItems[Any]
+) -> tuple[ParsedItems[Any], list[ItemResult]]:
+    """Where the chain began with an approved run, only items of its approved plan are sent
+    (its decision and plan checked again); the rest are reported, unsent and not rerunnable."""
+    original = await _original_run(uuid.UUID(run_id))
+    plan = await approved_plan(original)
+    if plan is None:
+        return parsed, []
+    inside = [item for item in parsed.items if plan.holds(item)]
+    reason = OUTSIDE_PLAN.format(run=original)
+    outside = [
+        ItemResult(item=item.label(), outcome=Outcome.FAILED, reason=reason)
+        for item in parsed.items
+        if not plan.holds(item)
+    ]
+    if outside:
+        get_run_logger().warning("%d item(s) are %s", len(outside), reason)
+    return ParsedItems(inside, parsed.duplicates), outside
+
+
+async def _original_run(flow_run_id: uuid.UUID) -> uuid.UUID:
+    """The write run a chain of reruns began with (each rerun names its source run)."""
+    async with get_client() as client:
+        for _ in range(MAX_CHAIN):
+            run = await client.read_flow_run(flow_run_id)
+            flow = await client.read_flow(run.flow_id)
+            source = run.parameters.get("flow_run_id")
+            if flow.name != rerun_failed_items.name or source is None:
+                return flow_run_id
+            flow_run_id = uuid.UUID(str(source))
+    raise InputError("flow_run_id", str(flow_run_id), f"a chain of more than {MAX_CHAIN} reruns")
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
+from uuid import UUID
 
 from prefect.artifacts import acreate_table_artifact
 from prefect.client.orchestration import get_client
@@ -34,6 +35,7 @@ from write_engine.attestation import (
     DECISION_KEY,
     DecisionRecord,
     NotAttested,
+    digest_of,
     public_key_from_text,
     verified,
 )
@@ -118,6 +120,12 @@ class PlanRecord(BaseModel):
     total: int
     counts: dict[str, int]
     planned_at: datetime
+    #: each item's hash, in order: ``digest`` is their digest, so the signed decision covers
+    #: the list, and a rerun sends only items in it
+    items: list[str] = Field(default_factory=list)
+
+    def holds(self, item: ItemInput) -> bool:
+        return item_hash(item) in set(self.items)
 
 
 class PlanChanged(ComplianceError):
@@ -207,13 +215,14 @@ def _attested(run_id: Any, stored: Any, plan: PlanRecord, signing: Signing) -> A
     )
 
 
+def item_hash(item: ItemInput) -> str:
+    """An item's full input, hashed (128 bits: a plan of 100,000 items keeps 3.2 MB of them)."""
+    encoded = json.dumps(item.as_input(), sort_keys=True, default=str).encode()
+    return hashlib.sha256(encoded).hexdigest()[:32]
+
+
 def plan_digest(items: Sequence[ItemInput]) -> str:
-    """The identity of a plan: every item's full input, in order."""
-    hasher = hashlib.sha256()
-    for item in items:
-        hasher.update(json.dumps(item.as_input(), sort_keys=True, default=str).encode())
-        hasher.update(b"\x1e")
-    return hasher.hexdigest()
+    return digest_of([item_hash(item) for item in items])
 
 
 def plan_counts(items: Iterable[ItemT], groups: Callable[[ItemT], Iterable[str]]) -> dict[str, int]:
@@ -260,8 +269,13 @@ async def approved_or_rejected(
             plan = await _shown_plan(run_id)
         else:
             counts = plan_counts(items, groups)
+            hashes = [item_hash(item) for item in items]
             plan = PlanRecord(
-                digest=digest, total=len(items), counts=counts, planned_at=datetime.now(UTC)
+                digest=digest_of(hashes),
+                total=len(items),
+                counts=counts,
+                planned_at=datetime.now(UTC),
+                items=hashes,
             )
             plan = await _keep_plan(run_id, plan)
             await _announce(flow_key, run_id, plan, planned(), seconds)
@@ -313,6 +327,25 @@ async def as_deployed(policy: ApprovalPolicy) -> ApprovalPolicy:
         deployment.name,
     )
     return replace(policy, required=True)
+
+
+async def approved_plan(flow_run_id: UUID) -> PlanRecord | None:
+    """The plan the run ``flow_run_id`` was approved for, checked: the decision (signed where
+    people sign in), approved, and its digest that of the plan's item list. None: the run did
+    not wait for approval. ``DecisionRefused`` if the record does not hold."""
+    decision = await aread_flow_run_input(DECISION_KEY, flow_run_id=flow_run_id)
+    if decision is None:
+        return None
+    plan = await _shown_plan(flow_run_id)
+    approval = _recorded(flow_run_id, decision, plan, await server_signing())
+    if not approval.approved:
+        raise DecisionRefused(f"flow run {flow_run_id}'s plan was rejected: nothing to rerun")
+    if not plan.items or digest_of(plan.items) != approval.plan_digest:
+        raise DecisionRefused(
+            f"flow run {flow_run_id}'s plan record is not the approved plan (its item list "
+            "does not give the approved digest): nothing is rerun"
+        )
+    return plan
 
 
 def check_can_wait() -> None:

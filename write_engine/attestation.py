@@ -9,8 +9,10 @@ forged decision, or one for another run or plan, is refused (docs/access.md#four
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -25,6 +27,11 @@ REQUESTER_KEY = "compliance-requester"
 DECISION_KEY = "compliance-approval"
 #: where a run's requester is when no person started it (an automation, the server itself)
 NO_PERSON = "an automation or the server itself"
+
+
+def digest_of(hashes: Sequence[str]) -> str:
+    """The identity of a plan: its items' hashes, in order (write_engine/approval.py)."""
+    return hashlib.sha256("".join(f"{h}\n" for h in hashes).encode()).hexdigest()
 
 
 class NotAttested(ValueError):

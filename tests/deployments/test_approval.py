@@ -517,3 +517,48 @@ def test_a_run_cannot_turn_off_its_deployments_approval(
     resume(stack, run, "bob", approve="yes", reason="CHG-31")
     assert final_state(stack, run)["type"] == "COMPLETED"
     assert added(control, group) == dict.fromkeys(people, 1)
+
+
+def test_a_rerun_sends_only_items_of_the_approved_plan(
+    stack: LocalStack, control: SandboxControl, seed: dict[str, Any]
+) -> None:
+    """Bypass #4 of issue 39: a failed-items record made up for an approved run. A person cannot
+    make one (no artifact rule); a machine that does gets only the approved items rerun."""
+    group, people = seed["groups"][4], seed["people"][494:496]
+    unknown = "person-that-does-not-exist-either"
+    run = start_as(
+        stack, "alice", ADD, {"pasted_rows": csv_rows([(group, p) for p in [*people, unknown]])}
+    )
+    wait_for_approval(stack, run)
+    resume(stack, run, "bob", approve="yes", reason="CHG-44")
+    assert final_state(stack, run)["type"] == "FAILED", "the unknown person failed"
+
+    intruder = seed["people"][497]
+    rows = [
+        {
+            "item": name,
+            "outcome": "failed",
+            "reason": "x",
+            "attempt": 1,
+            "rerun_input": json.dumps({"person_id": name, "group_id": group}, sort_keys=True),
+        }
+        for name in (unknown, intruder)
+    ]
+    forged = {
+        "key": "failed-items-add-people-to-groups",
+        "type": "table",
+        "data": rows,
+        "flow_run_id": run,
+    }
+    with as_person(stack, "alice") as alice:
+        assert alice.post("/artifacts/", json=forged).status_code == 403
+    stack.request("POST", "/artifacts/", forged)  # as a machine that holds the server's string
+    calls_before = add_calls(control)
+
+    rerun = run_deployment(stack, RERUN, {"flow_run_id": run})
+    assert final_state(stack, rerun)["type"] == "FAILED"
+    results = artifact(stack, rerun, "add-people-to-groups-results")
+    reasons = {row["item"]: row["reason"] for row in results["data"]}
+    assert f"not in the plan approved for run {run}" in str(reasons)
+    assert intruder not in added(control, group), "the made-up item is never sent"
+    assert add_calls(control) - calls_before == 1, "only the approved failed item"
