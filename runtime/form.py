@@ -27,7 +27,9 @@ PageSize = Annotated[int, Field(ge=1, le=100)]
 #: a CVSS-style severity
 Severity = Annotated[float, Field(ge=0, le=10)]
 #: an id or name typed by hand: surrounding blanks are dropped, nothing left is refused
-NonBlank = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+#: (``pattern`` puts it in the JSON schema too: the server checks the Resume form against it,
+#: and an answer of only spaces would be stored, then fail the run each time it is read)
+NonBlank = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, pattern=r"\S")]
 
 
 def title(text: str) -> FieldInfo:

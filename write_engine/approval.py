@@ -415,7 +415,7 @@ async def _asked_before(run_id: Any) -> bool:
 async def _publish_plan(
     flow_key: str, plan: PlanRecord, planned: Sequence[AnyResult], seconds: int
 ) -> None:
-    rows, hidden = result_rows(planned[:MAX_PLAN_ROWS])
+    rows, hidden = result_rows(planned[:MAX_PLAN_ROWS], max_others=MAX_PLAN_ROWS)
     hidden += max(0, len(planned) - MAX_PLAN_ROWS)
     lines = [
         f"**Plan awaiting approval: {plan.total} item(s).** Nothing is sent until someone "

@@ -58,14 +58,16 @@ def rerun_hint(flow_run_id: str) -> str:
     )
 
 
-def result_rows(results: Sequence[AnyResult]) -> tuple[list[dict[str, str]], int]:
-    """Rows for the table: every failure, then other items up to ``MAX_OK_ROWS``."""
+def result_rows(
+    results: Sequence[AnyResult], max_others: int = MAX_OK_ROWS
+) -> tuple[list[dict[str, str]], int]:
+    """Rows for the table: every failure, then other items up to ``max_others``."""
     failures: list[AnyResult] = []
     others: list[AnyResult] = []
     for result in results:
         if result.outcome.is_failure:
             failures.append(result)
-        elif len(others) < MAX_OK_ROWS:
+        elif len(others) < max_others:
             others.append(result)
     shown = failures + others
     rows = [
