@@ -320,6 +320,11 @@ def install(policy: AccessPolicy, key_file: Path | None = None) -> None:
     if getattr(server.create_app, "_gatekept", False):
         return
     original = server.create_app
+    if not _log.handlers:  # the server's log names each person's request
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        _log.addHandler(handler)
+        _log.setLevel(logging.INFO)
 
     def create_app(*args: Any, **kwargs: Any) -> Any:
         settings = get_current_settings()

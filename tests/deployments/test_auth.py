@@ -283,6 +283,17 @@ def test_each_person_gets_what_their_role_allows_and_nothing_else(
         assert client.get("/admin/settings", headers=_as("carol")).status_code == 403
         unknown = client.post("/deployments/filter", json={}, headers=_as("mallory"))
         assert unknown.status_code == 403 and "mallory (no role)" in unknown.text
+    # the server's log names each person's change and each refusal
+    log = server.options.log_path
+    assert log is not None
+    eventually(
+        "the server's access lines",
+        lambda: (
+            f"alice POST /api{start} -> 201" in log.read_text()
+            and "refused vic POST" in log.read_text()
+        ),
+        30,
+    )
 
 
 def test_a_run_a_person_starts_keeps_who_started_it_signed(
