@@ -12,10 +12,12 @@ One stack for the module; the tests use different groups, so the counts stay apa
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
 import ssl
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -562,3 +564,42 @@ def test_a_rerun_sends_only_items_of_the_approved_plan(
     assert f"not in the plan approved for run {run}" in str(reasons)
     assert intruder not in added(control, group), "the made-up item is never sent"
     assert add_calls(control) - calls_before == 1, "only the approved failed item"
+
+
+def test_the_decision_log_lists_who_requested_and_who_decided_and_checks_each(
+    stack: LocalStack, tmp_path: Path, seed: dict[str, Any]
+) -> None:
+    """The file an auditor is handed: every decided run, both names, the signature checked; a
+    decision altered afterwards shows up INVALID and the command fails."""
+    group, people = seed["groups"][4], seed["people"][498:499]
+    run = start_as(stack, "alice", ADD, {"group_ids": [group], "person_ids": people})
+    wait_for_approval(stack, run)
+    resume(stack, run, "dana", approve="yes", reason="CHG-50")
+    assert final_state(stack, run)["type"] == "COMPLETED"
+    out = tmp_path / "decisions.csv"
+
+    assert _decision_log(stack, out) == 0
+    rows = {row["flow_run_id"]: row for row in csv.DictReader(out.open())}
+    mine = rows[run]
+    assert (mine["requester"], mine["approver"], mine["approved"]) == ("alice", "dana", "True")
+    assert (mine["reason"], mine["items"], mine["signature"]) == ("CHG-50", "1", "verified")
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+
+    stored = stack.request("GET", f"/flow_runs/{run}/input/compliance-approval").json()
+    altered = {**(json.loads(stored) if isinstance(stored, str) else stored), "approver": "bob"}
+    stack.request("DELETE", f"/flow_runs/{run}/input/compliance-approval")
+    value = {"key": "compliance-approval", "value": json.dumps(altered)}
+    stack.request("POST", f"/flow_runs/{run}/input", value)
+    assert _decision_log(stack, out) == 1
+    rows = {row["flow_run_id"]: row for row in csv.DictReader(out.open())}
+    assert rows[run]["signature"].startswith("INVALID")
+
+
+def _decision_log(stack: LocalStack, out: Path) -> int:
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+    from deployments.decision_log import main
+
+    settings = {PREFECT_API_URL: stack.own_api_url, PREFECT_API_AUTH_STRING: stack.auth_string}
+    with temporary_settings(settings):
+        return main(["--since", datetime.now(UTC).date().isoformat(), "--out", str(out)])
