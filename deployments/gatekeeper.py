@@ -325,6 +325,7 @@ def install(policy: AccessPolicy, key_file: Path | None = None) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         _log.addHandler(handler)
         _log.setLevel(logging.INFO)
+        _log.propagate = False  # once, not again through Prefect's handlers
 
     def create_app(*args: Any, **kwargs: Any) -> Any:
         settings = get_current_settings()

@@ -87,6 +87,18 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         "--tls-cert itself, right for a self-signed certificate)",
     )
     parser.add_argument(
+        "--people",
+        type=Path,
+        dest="people_file",
+        help="people sign in at the TLS proxy with the names and passwords of this file "
+        "(python -m deployments.identity add NAME FILE); needs --tls-cert (docs/access.md)",
+    )
+    parser.add_argument(
+        "--access-policy",
+        type=Path,
+        help="the roles of those people (default: deployments/access_policy.yaml)",
+    )
+    parser.add_argument(
         "--poll-seconds",
         type=float,
         default=5.0,
@@ -123,12 +135,15 @@ def banner(stack: LocalStack, seconds: float) -> str:
         where, read_it = f"your {SERVER_AUTH_ENV}", f'"${SERVER_AUTH_ENV}"'
     else:
         where, read_it = f"cat {stack.auth_file}", f'"$(cat {stack.auth_file})"'
+    login = f"log in with the auth string: {where}"
+    if stack.options.people_file is not None:
+        login = f"sign in as a person of {stack.options.people_file}"
     lines = [
         "",
         f"compliance-flows is up ({seconds:.0f}s: "
         + ", ".join(f"{name} {took:.0f}s" for name, took in stack.timings.items())
         + ")",
-        f"  Prefect UI:    {stack.ui_url}  (log in with the auth string: {where})",
+        f"  Prefect UI:    {stack.ui_url}  ({login})",
         f"  Prefect API:   {stack.api_url}  (basic auth, PREFECT_API_AUTH_STRING)",
         f"  Database:      {stack.database_label}",
     ]

@@ -139,6 +139,9 @@ class StackOptions:
     people_file: Path | None = None
     #: the access policy the servers enforce (COMPLIANCE_ACCESS_POLICY; default: the shipped one)
     access_policy: Path | None = None
+    #: worker name -> its own password in ``people_file``: that worker signs in at the proxy as
+    #: itself (the ``worker`` role) instead of holding the server's string
+    worker_passwords: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._check_tls()
@@ -171,6 +174,8 @@ class StackOptions:
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{name}={str(path)!r}: no such file")
+        if self.worker_passwords and self.people_file is None:
+            raise ValueError("worker_passwords: workers sign in at the proxy (give people_file)")
         if self.people_file is not None and self.tls_cert is None:
             raise ValueError("people_file: people sign in at the TLS proxy (give tls_cert/tls_key)")
         for name in ("people_file", "access_policy"):
@@ -364,6 +369,9 @@ class LocalStack:
             env["COMPLIANCE_TOKEN_STORE"] = "prefect"  # noqa: S105 - a store kind, not a secret
             if self.options.database_url is not None:  # one link ledger for every machine
                 env["COMPLIANCE_LINK_LEDGER_URL"] = self.options.database_url
+        password = self.options.worker_passwords.get(name)
+        if password is not None:  # through the sign-in proxy, as itself
+            env |= self.client_env(self.api_url) | {CLIENT_AUTH_ENV: f"{name}:{password}"}
         env.update(self.options.worker_env)
         return env
 

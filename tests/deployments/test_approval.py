@@ -30,7 +30,7 @@ import pytest
 from deployments.automations import WEBHOOK_ENV
 from deployments.gatekeeper import IDENTITY_HEADER
 from deployments.identity import add_person
-from deployments.stack import LocalStack
+from deployments.stack import WORKER_NAME, LocalStack
 from sandbox.control import SandboxControl
 from tests.deployments.test_access_policy import with_people
 from tests.fixtures.stack import (
@@ -62,6 +62,7 @@ PEOPLE = {
     "dana": ["approver"],
     "vic": ["viewer"],
     "worker-1": ["worker"],
+    WORKER_NAME: ["worker"],  # the stack's worker signs in as itself, through the proxy
 }
 PASSWORDS = {person: f"{person}-{uuid.uuid4().hex}" for person in PEOPLE}
 
@@ -94,6 +95,7 @@ def stack(
         tls_ca=ca.cert_file,
         people_file=people,
         access_policy=with_people(secrets, PEOPLE),
+        worker_passwords={WORKER_NAME: PASSWORDS[WORKER_NAME]},
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(WEBHOOK_ENV, receiver.url)  # read by bootstrap: the notification block
@@ -222,6 +224,10 @@ def test_an_approved_plan_is_applied_exactly_and_the_wait_holds_no_worker(
 ) -> None:
     groups, people = seed["groups"], seed["people"]
     plan = [(groups[0], p) for p in people[:120]] + [(groups[1], p) for p in people[120:150]]
+    worker = stack.worker_env(WORKER_NAME)  # it runs every flow here through the proxy
+    assert stack.auth_string not in json.dumps(worker) and worker["PREFECT_API_URL"].startswith(
+        "https://"
+    )
     calls_before = add_calls(control)
 
     run = start_as(stack, "alice", ADD, {"pasted_rows": csv_rows(plan)})

@@ -597,6 +597,8 @@ def test_serve_refuses_half_a_tls_setup(tmp_path: Path, capsys: pytest.CaptureFi
     for argv, words in [
         (["--tls-cert", str(pem)], "give both"),
         (["--tls-cert", str(pem), "--tls-key", str(tmp_path / "missing")], "no such file"),
+        (["--people", str(pem)], "people sign in at the TLS proxy (give tls_cert/tls_key)"),
+        (["--tls-cert", str(pem), "--tls-key", str(pem), "--people", "nowhere"], "no such file"),
     ]:
         with pytest.raises(SystemExit):
             parse_args(argv)
