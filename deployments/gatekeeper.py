@@ -34,6 +34,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 IDENTITY_HEADER = "x-compliance-user"
+SETTINGS_PATH = "/api/admin/settings"
+URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/@:\s]*:)[^@/\s]+@", re.IGNORECASE)
 #: the server's public key for attested decisions (served by the gatekeeper itself)
 DECISION_KEY_PATH = "/api/compliance/decision-key"
 RESUME = re.compile(r"/api/flow_runs/[0-9a-fA-F-]{36}/resume")
@@ -101,6 +103,8 @@ class Gatekeeper:
         send = _logging_send(send, person, method, path)
         if path == DECISION_KEY_PATH:
             await _respond(send, 200, self._signing())
+        elif path == SETTINGS_PATH:  # the UI reads it on every page: no password in a URL
+            await self.app(_uncompressed(scope), receive, _rewritten(send, _without_passwords))
         elif method == "POST" and RESUME.fullmatch(path):
             await self._resume(scope, receive, send, person, path.split("/")[3], parsed)
         elif method == "POST" and _starts_a_run(path, parsed):
@@ -272,6 +276,22 @@ def _starts_a_run(path: str, body: Any) -> bool:
 def _without_ui_login(send: Send) -> Send:
     """The UI's settings with ``auth`` unset: the UI asks for no password, and its calls carry
     the proxy's sign-in (a cookie, or the browser's Basic credentials) instead."""
+    return _rewritten(send, lambda settings: {**settings, "auth": None})
+
+
+def _without_passwords(value: Any) -> Any:
+    """Prefect hides its secret settings; a URL's password (a Redis or docket URL) it shows."""
+    if isinstance(value, dict):
+        return {key: _without_passwords(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_passwords(item) for item in value]
+    if isinstance(value, str):
+        return URL_PASSWORD.sub(r"\1********@", value)
+    return value
+
+
+def _rewritten(send: Send, change: Callable[[Any], Any]) -> Send:
+    """The JSON object answered, changed by ``change`` (other answers pass as they are)."""
     start: Message | None = None
     chunks: list[bytes] = []
 
@@ -287,9 +307,9 @@ def _without_ui_login(send: Send) -> Send:
         if message.get("more_body"):
             return
         body = b"".join(chunks)
-        settings = _json(body)
-        if isinstance(settings, dict) and "auth" in settings:
-            body = json.dumps({**settings, "auth": None}).encode()
+        answer = _json(body)
+        if isinstance(answer, dict):
+            body = json.dumps(change(answer)).encode()
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
         await send({**start, "headers": headers})

@@ -135,16 +135,19 @@ def banner(stack: LocalStack, seconds: float) -> str:
         where, read_it = f"your {SERVER_AUTH_ENV}", f'"${SERVER_AUTH_ENV}"'
     else:
         where, read_it = f"cat {stack.auth_file}", f'"$(cat {stack.auth_file})"'
-    login = f"log in with the auth string: {where}"
-    if stack.options.people_file is not None:
+    login, api_auth = f"log in with the auth string: {where}", "basic auth, PREFECT_API_AUTH_STRING"
+    if stack.options.people_file is not None:  # people never hold the server's string
         login = f"sign in as a person of {stack.options.people_file}"
+        api_auth = "your own name and password"
+        read_it = '"<your name>:<your password>"'
+
     lines = [
         "",
         f"compliance-flows is up ({seconds:.0f}s: "
         + ", ".join(f"{name} {took:.0f}s" for name, took in stack.timings.items())
         + ")",
         f"  Prefect UI:    {stack.ui_url}  ({login})",
-        f"  Prefect API:   {stack.api_url}  (basic auth, PREFECT_API_AUTH_STRING)",
+        f"  Prefect API:   {stack.api_url}  ({api_auth})",
         f"  Database:      {stack.database_label}",
     ]
     if stack.tls_ca is not None:

@@ -101,8 +101,8 @@ class ApprovalInput(RunInput):
         title="Approve",
         description="yes: apply exactly this plan. no: reject it (nothing is sent).",
     )
-    approver: NonBlank | None = Field(
-        default=None,
+    approver: str = Field(
+        default="",
         title="Approver (only without sign-in)",
         description="Where people sign in, leave it empty: the sign-in names you. On a server "
         "without sign-in (the try-out), your name as it should appear in the record.",
@@ -164,14 +164,14 @@ def _recorded(run_id: Any, stored: Any, plan: PlanRecord, signing: Signing) -> A
 
 def _typed(answer: ApprovalInput, plan: PlanRecord) -> Approval:
     """Where no one signs in (the try-out): the approver is who the form says."""
-    if answer.approver is None:
+    if not answer.approver.strip():
         raise DecisionRefused(
             "approver: name yourself in the Resume form (this server has no sign-in, "
             "docs/access.md); nothing was sent"
         )
     return Approval(
         approved=answer.approve == "yes",
-        approver=answer.approver,
+        approver=answer.approver.strip(),
         reason=answer.reason,
         decided_at=datetime.now(UTC),
         plan_digest=plan.digest,
@@ -434,9 +434,9 @@ def _form_text(flow_key: str, plan: PlanRecord, seconds: int) -> str:
     return (
         f"**{flow_key}** waits for approval of {plan.total} item(s): {counts_text(plan.counts)}."
         f"\n\nThe full list is the artifact `{flow_key}-plan` (this run's Artifacts tab). "
-        "Approve to apply exactly that plan; reject to send nothing. Your name, reason and "
-        f"the time go into the run's results and an event. Unanswered, the run fails after "
-        f"{_duration(seconds)}."
+        "Approve to apply exactly that plan; reject to send nothing. Who you are (your "
+        "sign-in), your reason and the time go into the run's results and an event. "
+        f"Unanswered, the run fails after {_duration(seconds)}."
     )
 
 

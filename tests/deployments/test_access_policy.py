@@ -59,7 +59,8 @@ def allowed(policy: AccessPolicy, person: str, request: str, body: Any = None) -
         ("POST /api/work_pools/compliance-process/get_scheduled_flow_runs", {"carol", "worker-1"}),
         ("POST /api/task_runs/", {"worker-1"}),
         ("WS /api/events/in", {"worker-1"}),
-        ("GET /api/admin/settings", set()),
+        ("GET /api/admin/settings", {"vic", "alice", "bob", "carol", "worker-1"}),
+        ("PUT /api/admin/storage", set()),
         ("DELETE /api/admin/storage", set()),
     ],
 )
@@ -145,3 +146,18 @@ def _escaped(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+def test_a_url_password_in_the_servers_settings_is_hidden_from_people() -> None:
+    """Prefect hides its secret settings but not a password inside a Redis or docket URL."""
+    from deployments.gatekeeper import _without_passwords
+
+    settings = {
+        "server": {"docket": {"url": "redis://:s3cret@redis.internal:6379/0"}},
+        "redis": ["rediss://prefect:pa55@r.internal:6380/1", "memory://"],
+        "ui_url": "https://prefect.internal:4200",
+    }
+    shown = _without_passwords(settings)
+    assert shown["server"]["docket"]["url"] == "redis://:********@redis.internal:6379/0"
+    assert shown["redis"] == ["rediss://prefect:********@r.internal:6380/1", "memory://"]
+    assert shown["ui_url"] == "https://prefect.internal:4200"

@@ -280,7 +280,7 @@ def test_each_person_gets_what_their_role_allows_and_nothing_else(
         assert _count_runs(server) == runs + 1
         patch = client.patch(f"/deployments/{deployment}", json={}, headers=_as("worker-1"))
         assert patch.status_code == 403
-        assert client.get("/admin/settings", headers=_as("carol")).status_code == 403
+        assert client.put("/admin/storage", json={}, headers=_as("carol")).status_code == 403
         unknown = client.post("/deployments/filter", json={}, headers=_as("mallory"))
         assert unknown.status_code == 403 and "mallory (no role)" in unknown.text
     # the server's log names each person's change and each refusal
@@ -737,6 +737,29 @@ def test_the_banner_says_where_the_auth_string_is_never_what_it_is(
         if token is not None:
             assert token not in text and f"cat {stack.sandbox_token_file}" in text
             assert "Warning: plain HTTP on 10.213.0.1" in text
+
+
+def test_with_sign_in_the_banner_sends_people_to_their_own_sign_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ca: TestCA
+) -> None:
+    """People never hold the server's string: the banner does not point them at it."""
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    certs = ca.issue(tmp_path / "certs", ["127.0.0.1"])
+    people = tmp_path / "people"
+    add_person(people, "alice", "alice's long password")
+    options = StackOptions(
+        state_dir=tmp_path, tls_cert=certs.cert_file, tls_key=certs.key_file, people_file=people
+    )
+    stack = LocalStack(options)
+    stack.prefect_port = 4200
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=14))
+    monkeypatch.setattr(
+        stack, "api", lambda: httpx.Client(base_url="https://x", transport=transport)
+    )
+    text = banner(stack, 1.0)
+    assert f"sign in as a person of {people}" in text
+    assert 'export PREFECT_API_AUTH_STRING="<your name>:<your password>"' in text
+    assert str(stack.auth_file) not in text and stack.auth_string not in text
 
 
 # --------------------------------------------------------------------------- the sandbox

@@ -17,7 +17,6 @@ from write_engine.reporting import MAX_OK_ROWS, result_rows
     [
         {"approve": "yes", "reason": "   "},
         {"approve": "no", "reason": "\t\n"},
-        {"approve": "yes", "reason": "CHG-1", "approver": "  "},
         {"reason": "CHG-1"},
         {"approve": "maybe", "reason": "CHG-1"},
     ],
@@ -26,6 +25,14 @@ def test_the_server_refuses_a_blank_or_missing_answer(answer: dict[str, str]) ->
     schema = ApprovalInput.model_json_schema()
     with pytest.raises(ValidationError):
         validate(answer, schema, raise_on_error=True)
+
+
+def test_the_approver_field_is_a_plain_text_box_only_the_try_out_needs() -> None:
+    """Where people sign in it stays empty (the sign-in names the approver): a plain text field
+    with an empty default, not a type picker (what an Optional renders as in the UI)."""
+    field = ApprovalInput.model_json_schema()["properties"]["approver"]
+    assert (field["type"], field["default"]) == ("string", "")
+    assert "approver" not in ApprovalInput.model_json_schema().get("required", [])
 
 
 def test_the_server_takes_a_real_answer_and_the_form_strips_it() -> None:
