@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from deployments.access import AccessPolicy
 from deployments.decisions import Decisions, Refused
+from deployments.identity import REALM, Verifier, read_people
 from write_engine.attestation import public_key_text, signing_key
 
 Scope = MutableMapping[str, Any]
@@ -35,6 +36,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 IDENTITY_HEADER = "x-compliance-user"
 SETTINGS_PATH = "/api/admin/settings"
+#: what probes reach without signing in
+OPEN_PATHS = frozenset({"/api/health", "/api/ready"})
 URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/@:\s]*:)[^@/\s]+@", re.IGNORECASE)
 #: the server's public key for attested decisions (served by the gatekeeper itself)
 DECISION_KEY_PATH = "/api/compliance/decision-key"
@@ -55,10 +58,13 @@ class Gatekeeper:
         policy: AccessPolicy,
         auth_string: str | None,
         signing_key: Ed25519PrivateKey | None = None,
+        people: Verifier | None = None,
     ) -> None:
         self.app = app
         self.policy = policy
         self._expected = _basic(auth_string) if auth_string else None
+        #: people signing in here, without a proxy in front (``COMPLIANCE_PEOPLE_FILE``)
+        self.people = people
         self.signing_key = signing_key or Ed25519PrivateKey.generate()
         self.decisions = Decisions(self.signing_key, self._as_server)
 
@@ -74,6 +80,14 @@ class Gatekeeper:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
+        if self.people is not None and not self._from_proxy(headers):
+            signed_in = self._signed_in(scope, headers)
+            if signed_in is None:
+                if scope["type"] == "http" and path not in OPEN_PATHS:
+                    await _challenge(send)
+                    return
+            else:
+                scope, headers = signed_in
         person = headers.get(IDENTITY_HEADER, "").strip()
         server = self._expected is None or self._from_proxy(headers)
         if path == DECISION_KEY_PATH and server and not person:
@@ -156,6 +170,27 @@ class Gatekeeper:
             "public_key": public_key_text(self.signing_key),
             "required": bool(self.policy.people),
         }
+
+    def _signed_in(
+        self, scope: Scope, headers: dict[str, str]
+    ) -> tuple[Scope, dict[str, str]] | None:
+        """The request as the proxy would pass it, if it carries a person's own name and
+        password (HTTP Basic) from the people file; None if not."""
+        assert self.people is not None and self._expected is not None
+        person = self.people.identity(headers.get("authorization"))
+        if person is None:
+            return None
+        kept = [
+            (k, v)
+            for k, v in scope["headers"]
+            if k.lower() not in (b"authorization", IDENTITY_HEADER.encode())
+        ]
+        kept += [
+            (b"authorization", self._expected.encode()),
+            (IDENTITY_HEADER.encode(), person.encode()),
+        ]
+        scope = {**scope, "headers": kept}
+        return scope, _headers(scope)
 
     def _from_proxy(self, headers: dict[str, str]) -> bool:
         given = headers.get("authorization", "")
@@ -257,6 +292,18 @@ async def _refuse(scope: Scope, send: Send, reason: str) -> None:
     await _respond(send, 403, {"detail": reason})
 
 
+async def _challenge(send: Send) -> None:
+    """401 with a Basic challenge: the browser asks for the person's name and password."""
+    payload = b'{"detail": "sign in with your own name and password"}'
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"www-authenticate", f'Basic realm="{REALM}", charset="UTF-8"'.encode()),
+    ]
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
 async def _respond(send: Send, status: int, content: Any) -> None:
     payload = json.dumps(content).encode()
     length = str(len(payload)).encode()
@@ -331,7 +378,9 @@ def _logging_send(send: Send, person: str, method: str, path: str) -> Send:
     return wrapped
 
 
-def install(policy: AccessPolicy, key_file: Path | None = None) -> None:
+def install(
+    policy: AccessPolicy, key_file: Path | None = None, people_file: Path | None = None
+) -> None:
     """Wrap the app every ``prefect server start`` in this process serves; decisions are signed
     with the key in ``key_file`` (default: in PREFECT_HOME; API replicas must share one)."""
     from prefect.server.api import server
@@ -352,7 +401,8 @@ def install(policy: AccessPolicy, key_file: Path | None = None) -> None:
         auth = settings.server.api.auth_string
         secret = auth.get_secret_value() if auth is not None else None
         key = signing_key(key_file or Path(settings.home) / DEFAULT_KEY_FILE)
-        return Gatekeeper(original(*args, **kwargs), policy, secret, key)
+        people = Verifier(read_people(people_file)) if people_file and secret else None
+        return Gatekeeper(original(*args, **kwargs), policy, secret, key, people)
 
     create_app._gatekept = True  # type: ignore[attr-defined]
     server.create_app = create_app

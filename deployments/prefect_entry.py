@@ -13,7 +13,8 @@ from deployments.settings import deployment_settings
 if __name__ == "__main__":
     install()
     # a policy file that cannot be used stops the start
-    gatekeeper.install(load_policy(), deployment_settings().decision_key_file)
+    settings = deployment_settings()
+    gatekeeper.install(load_policy(), settings.decision_key_file, settings.people_file)
     from prefect.cli import app
 
     app()

@@ -44,6 +44,8 @@ class DeploymentSettings(LocalState):
     )
     #: the access policy file the Prefect API server enforces (None: the shipped one)
     access_policy: Path | None = None
+    #: people who sign in at the API server itself, with no proxy in front (None: nobody)
+    people_file: Path | None = None
     #: the API server's key that signs four-eyes decisions (None: in its PREFECT_HOME)
     decision_key_file: Path | None = None
     #: where failed write runs are notified; secret (its path is often a token)
@@ -52,7 +54,12 @@ class DeploymentSettings(LocalState):
     notify_block: str | None = None
 
     @field_validator(
-        "access_policy", "decision_key_file", "notify_webhook_url", "notify_block", mode="before"
+        "access_policy",
+        "people_file",
+        "decision_key_file",
+        "notify_webhook_url",
+        "notify_block",
+        mode="before",
     )
     @classmethod
     def _blank(cls, value: Any) -> Any:

@@ -85,6 +85,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
         if not name.startswith(("PREFECT_", "COMPLIANCE_"))
     } | {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
     base_env["COMPLIANCE_ACCESS_POLICY"] = str(with_people(home, PEOPLE))
+    people = home / "people"  # and they may sign in at the server itself, with no proxy
+    for person, password in PASSWORDS.items():
+        add_person(people, person, password)
+    base_env["COMPLIANCE_PEOPLE_FILE"] = str(people)
     running = PrefectServer(
         PrefectServerOptions(
             port=free_port(), home=home, log_path=home / "server.log", auth_string=AUTH
@@ -317,6 +321,34 @@ def test_a_run_a_person_starts_keeps_who_started_it_signed(
     )
     assert (record.flow_run_id, record.requester) == (run, "alice")
     assert refused.status_code == 403
+
+
+def test_people_sign_in_at_the_server_itself_when_no_proxy_is_in_front(
+    server: PrefectServer, deployment: str
+) -> None:
+    """COMPLIANCE_PEOPLE_FILE: the server checks a person's own name and password as the proxy
+    would, and the same roles, records and refusals follow; without them it challenges."""
+    start = f"/deployments/{deployment}/create_flow_run"
+    with httpx.Client(base_url=server.api_url, timeout=30) as client:
+        anonymous = client.post("/deployments/filter", json={})
+        assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith(
+            "Basic"
+        )
+        assert client.get(f"{server.ui_url}/", follow_redirects=False).status_code == 401
+        assert client.get("/health").status_code == 200
+        wrong = client.post("/deployments/filter", json={}, auth=("alice", "not-hers"))
+        assert wrong.status_code == 401
+        alice = ("alice", PASSWORDS["alice"])
+        started = client.post(start, json={}, auth=alice)
+        assert started.status_code == 201
+        record = client.get(
+            f"/flow_runs/{started.json()['id']}/input/compliance-requester", auth=alice
+        )
+        assert json.loads(record.text)["requester"] == "alice"
+        vic = ("vic", PASSWORDS["vic"])
+        forged = client.post(start, json={}, auth=vic, headers={IDENTITY_HEADER: "carol"})
+        assert forged.status_code == 403 and "vic (viewer)" in forged.text
+        assert client.get(f"{server.ui_url}/ui-settings", auth=vic).json()["auth"] is None
 
 
 def test_a_worker_may_write_the_projects_records_but_not_what_pull_steps_read(
