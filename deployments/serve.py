@@ -90,8 +90,9 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         "--people",
         type=Path,
         dest="people_file",
-        help="people sign in at the TLS proxy with the names and passwords of this file "
-        "(python -m deployments.identity add NAME FILE); needs --tls-cert (docs/access.md)",
+        help="people sign in with the names and passwords of this file (python -m "
+        "deployments.identity add NAME FILE): at the TLS proxy with --tls-cert, else (loopback "
+        "only) at the Prefect server itself (docs/access.md)",
     )
     parser.add_argument(
         "--access-policy",

@@ -134,8 +134,9 @@ class StackOptions:
     tls_key: Path | None = None
     #: the CA bundle clients trust (PREFECT_API_SSL_CERT_FILE); default: tls_cert
     tls_ca: Path | None = None
-    #: people sign in at the TLS proxy with the names and passwords of this file
-    #: (``deployments/identity.py``); the stack's own processes use the server directly
+    #: people sign in with the names and passwords of this file (``deployments/identity.py``):
+    #: at the TLS proxy, or without TLS (loopback only) at the API server itself; the stack's
+    #: own processes use the server directly
     people_file: Path | None = None
     #: the access policy the servers enforce (COMPLIANCE_ACCESS_POLICY; default: the shipped one)
     access_policy: Path | None = None
@@ -176,8 +177,11 @@ class StackOptions:
                 raise ValueError(f"{name}={str(path)!r}: no such file")
         if self.worker_passwords and self.people_file is None:
             raise ValueError("worker_passwords: workers sign in at the proxy (give people_file)")
-        if self.people_file is not None and self.tls_cert is None:
-            raise ValueError("people_file: people sign in at the TLS proxy (give tls_cert/tls_key)")
+        if self.people_file is not None and self.tls_cert is None and not is_loopback(self.host):
+            raise ValueError(
+                f"people_file: people sign in over plain HTTP only on loopback, not on "
+                f"{self.host!r} (give tls_cert/tls_key)"
+            )
         for name in ("people_file", "access_policy"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
@@ -340,8 +344,14 @@ class LocalStack:
         }
 
     def _policy_env(self) -> dict[str, str]:
-        policy = self.options.access_policy
-        return {} if policy is None else {"COMPLIANCE_ACCESS_POLICY": str(Path(policy).resolve())}
+        """The access policy, and (no TLS proxy to sign people in) the people file, for the
+        servers."""
+        env: dict[str, str] = {}
+        if self.options.access_policy is not None:
+            env["COMPLIANCE_ACCESS_POLICY"] = str(Path(self.options.access_policy).resolve())
+        if self.options.people_file is not None and not self.tls:
+            env["COMPLIANCE_PEOPLE_FILE"] = str(Path(self.options.people_file).resolve())
+        return env
 
     def worker_env(self, name: str = WORKER_NAME) -> dict[str, str]:
         """One worker's (and its flow runs') environment: the sandbox demo app's COMPLIANCE_*

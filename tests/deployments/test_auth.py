@@ -629,7 +629,7 @@ def test_serve_refuses_half_a_tls_setup(tmp_path: Path, capsys: pytest.CaptureFi
     for argv, words in [
         (["--tls-cert", str(pem)], "give both"),
         (["--tls-cert", str(pem), "--tls-key", str(tmp_path / "missing")], "no such file"),
-        (["--people", str(pem)], "people sign in at the TLS proxy (give tls_cert/tls_key)"),
+        (["--people", str(pem), "--host", "10.213.0.1"], "plain HTTP only on loopback"),
         (["--tls-cert", str(pem), "--tls-key", str(pem), "--people", "nowhere"], "no such file"),
     ]:
         with pytest.raises(SystemExit):
@@ -837,3 +837,19 @@ def test_with_a_control_token_the_control_api_needs_it_and_the_data_api_is_uncha
 def test_on_loopback_the_sandbox_control_api_stays_open() -> None:
     with run_sandbox_in_thread() as handle:
         assert httpx.get(f"{handle.url}/_sandbox/health", timeout=10).status_code == 200
+
+
+def test_without_tls_people_sign_in_at_the_server_itself_on_loopback(tmp_path: Path) -> None:
+    """No nginx needed on one machine: the servers get the people file (the gatekeeper checks
+    it), the stack's own processes keep the server's string."""
+    people = tmp_path / "people"
+    add_person(people, "alice", "alice's long password")
+    stack = LocalStack(StackOptions(state_dir=tmp_path, people_file=people))
+    env = stack.prefect_env()
+    assert env["COMPLIANCE_PEOPLE_FILE"] == str(people.resolve())
+    assert env[CLIENT_AUTH_ENV] == stack.auth_string
+    behind_tls = StackOptions(
+        state_dir=tmp_path, people_file=people, tls_cert=people, tls_key=people
+    )
+    # nginx asks the identity endpoint instead
+    assert "COMPLIANCE_PEOPLE_FILE" not in LocalStack(behind_tls).prefect_env()
