@@ -26,13 +26,8 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.input.actions import aread_flow_run_input
 
-from write_engine.attestation import (
-    DECISION_KEY,
-    DecisionRecord,
-    NotAttested,
-    public_key_from_text,
-    verified,
-)
+from write_engine.approval import server_signing
+from write_engine.attestation import DECISION_KEY, PAUSE_KEY, DecisionRecord, NotAttested, verified
 
 COLUMNS = (
     "decided_at",
@@ -48,28 +43,20 @@ COLUMNS = (
     "signature",
 )
 PAGE = 200
-#: the pause key of a run that waited for approval (write_engine/approval.py)
-APPROVAL_PAUSE_KEY = "approval"
 
 
 async def decision_rows(since: date) -> list[dict[str, Any]]:
     """One row per run since ``since`` (UTC) that waited for approval and was decided."""
     rows: list[dict[str, Any]] = []
     async with get_client() as client:
-        key = await _public_key(client)
+        key = (await server_signing()).public_key
         async for run in _runs_since(client, since):
-            if APPROVAL_PAUSE_KEY not in (run.empirical_policy.pause_keys or set()):
+            if PAUSE_KEY not in (run.empirical_policy.pause_keys or set()):
                 continue
             stored = await aread_flow_run_input(DECISION_KEY, flow_run_id=run.id)
             if stored is not None:
                 rows.append(_row(run, stored, key))
     return sorted(rows, key=lambda row: str(row["decided_at"]))
-
-
-async def _public_key(client: PrefectClient) -> Any:
-    response = await client._client.get("/compliance/decision-key")  # noqa: SLF001
-    response.raise_for_status()
-    return public_key_from_text(response.json()["public_key"])
 
 
 async def _runs_since(client: PrefectClient, since: date) -> AsyncIterator[FlowRun]:

@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from write_engine.attestation import (
     DECISION_KEY,
     NO_PERSON,
+    PAUSE_KEY,
+    PLAN_KEY,
     REQUESTER_KEY,
     DecisionRecord,
     NotAttested,
@@ -28,10 +30,6 @@ from write_engine.attestation import (
     sign,
     verified,
 )
-
-#: the pause key of a run waiting for approval (write_engine/approval.py's PAUSE_KEY)
-APPROVAL_PAUSE_KEY = "approval"
-PLAN_KEY = "compliance-plan"
 
 Client = Callable[[], httpx.AsyncClient]
 
@@ -117,7 +115,7 @@ def _whole(plan: dict[str, Any]) -> bool:
 def _waits_for_approval(run: Any) -> bool:
     state = run.get("state") or {}
     keys = (run.get("empirical_policy") or {}).get("pause_keys") or []
-    return state.get("type") == "PAUSED" and APPROVAL_PAUSE_KEY in keys
+    return state.get("type") == "PAUSED" and PAUSE_KEY in keys
 
 
 def _answer(run_input: Any) -> tuple[bool, str]:

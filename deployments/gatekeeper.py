@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from deployments.access import AccessPolicy
 from deployments.decisions import Decisions, Refused
 from deployments.identity import REALM, Verifier, read_people
-from write_engine.attestation import public_key_text, signing_key
+from write_engine.attestation import DECISION_KEY_ROUTE, public_key_text, signing_key
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -40,7 +40,7 @@ SETTINGS_PATH = "/api/admin/settings"
 OPEN_PATHS = frozenset({"/api/health", "/api/ready"})
 URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/@:\s]*:)[^@/\s]+@", re.IGNORECASE)
 #: the server's public key for attested decisions (served by the gatekeeper itself)
-DECISION_KEY_PATH = "/api/compliance/decision-key"
+DECISION_KEY_PATH = "/api" + DECISION_KEY_ROUTE
 RESUME = re.compile(r"/api/flow_runs/[0-9a-fA-F-]{36}/resume")
 CREATE_RUN = re.compile(r"/api/deployments/[0-9a-fA-F-]{36}/create_flow_run")
 #: websocket close code for a refused connection (RFC 6455: policy violation)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deployments.auth import url_host
-from deployments.processes import ChildProcess, http_ok, wait_until
+from deployments.processes import ChildProcess, ChildService, http_ok, wait_until
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 REMEMBER_SECONDS = 300.0
@@ -140,7 +140,7 @@ def create_app(people_file: Path) -> object:
     return Starlette(routes=[Route(AUTH_PATH, auth), Route("/ping", ping)])
 
 
-class IdentityEndpoint:
+class IdentityEndpoint(ChildService):
     """``python -m deployments.identity serve`` as a child process (``with`` starts and stops
     it); ``auth_url`` is what the TLS proxy's ``identity_url`` takes."""
 
@@ -152,7 +152,7 @@ class IdentityEndpoint:
     def auth_url(self) -> str:
         return f"http://{url_host(self.host)}:{self.port}{AUTH_PATH}"
 
-    def start(self) -> None:
+    def launch(self) -> ChildProcess:
         command = [sys.executable, "-m", "deployments.identity", "serve", str(self.people_file)]
         command += ["--host", self.host, "--port", str(self.port)]
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).parents[1])}
@@ -163,26 +163,12 @@ class IdentityEndpoint:
             cwd=self.state_dir,
             log_path=self.state_dir / "identity.log",
         )
+        return self.child
+
+    def wait_ready(self) -> None:
         ping = f"http://{url_host(self.host)}:{self.port}/ping"
-        try:
-            wait_until(
-                "the identity endpoint", lambda: http_ok(ping), timeout=30, watch=[self.child]
-            )
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self.child is not None:
-            self.child.stop()
-            self.child = None
-
-    def __enter__(self) -> IdentityEndpoint:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        watch = [self.child] if self.child is not None else []
+        wait_until("the identity endpoint", lambda: http_ok(ping), timeout=30, watch=watch)
 
 
 def main(argv: list[str] | None = None) -> int:

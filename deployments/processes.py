@@ -14,9 +14,10 @@ import signal
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 import httpx
 import psutil
@@ -106,6 +107,42 @@ class ChildProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+class ChildService(ABC):
+    """A long-running child behind a readiness check: ``launch()`` starts it, ``wait_ready()``
+    waits for it; ``start()`` does both and stops a child that never became ready; ``stop()``;
+    ``with`` starts and stops it."""
+
+    child: ChildProcess | None = None
+
+    @abstractmethod
+    def launch(self) -> ChildProcess:
+        """Start the process without waiting."""
+
+    @abstractmethod
+    def wait_ready(self) -> None:
+        """Return once it serves; raise if it died or did not in time."""
+
+    def start(self) -> None:
+        self.launch()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+            self.child = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def run_to_completion(

@@ -522,9 +522,8 @@ class LocalStack:
         identity = IdentityEndpoint(
             Path(self.options.people_file).resolve(), free_port(HOST), self.logs_dir
         )
-        identity.start()
-        assert identity.child is not None
-        self.children.append(identity.child)
+        self.children.append(identity.launch())
+        identity.wait_ready()
         return identity.auth_url
 
     def _start_the_rest(self) -> None:

@@ -15,13 +15,12 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
 from deployments.auth import url_host
-from deployments.processes import ChildProcess, wait_until
+from deployments.processes import ChildProcess, ChildService, wait_until
 
 INSTALL_HINT = "apt-get install -y --no-install-recommends nginx-light"
 #: the websockets of Prefect 3's API: kept open for an hour without traffic
@@ -216,7 +215,7 @@ def _sign_in(options: TLSProxyOptions, proxied: str) -> str:
 """
 
 
-class TLSProxy:
+class TLSProxy(ChildService):
     """``start()`` / ``stop()`` (or ``with TLSProxy(options) as proxy:``)."""
 
     def __init__(self, options: TLSProxyOptions) -> None:
@@ -272,23 +271,3 @@ class TLSProxy:
                 return True
         except OSError:
             return False
-
-    def start(self) -> None:
-        self.launch()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self.child is not None:
-            self.child.stop()
-            self.child = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -33,6 +33,9 @@ from runtime.events import deliver, deterministic_event_id
 from runtime.form import NonBlank, form_field
 from write_engine.attestation import (
     DECISION_KEY,
+    DECISION_KEY_ROUTE,
+    PAUSE_KEY,
+    PLAN_KEY,
     DecisionRecord,
     NotAttested,
     digest_of,
@@ -65,12 +68,6 @@ ApprovalDeadline = Annotated[
         "nothing sent (default 24).",
     ),
 ]
-#: the flow-run inputs this module keeps on the run
-PLAN_KEY = "compliance-plan"
-#: the gatekeeper's path of the server's public key (deployments/gatekeeper.py)
-DECISION_KEY_PATH = "/compliance/decision-key"
-#: the suspend's pause key: fixed, so the resumed run's suspend call returns the answer
-PAUSE_KEY = "approval"
 AWAITING_EVENT = "compliance.write-run.awaiting-approval"
 APPROVED_EVENT = "compliance.write-run.approved"
 REJECTED_EVENT = "compliance.write-run.rejected"
@@ -148,7 +145,7 @@ class Signing:
 async def server_signing() -> Signing:
     """Asked of the Prefect server's gatekeeper (deployments/gatekeeper.py)."""
     async with get_client() as client:
-        response = await client._client.get(DECISION_KEY_PATH)  # noqa: SLF001
+        response = await client._client.get(DECISION_KEY_ROUTE)  # noqa: SLF001
     response.raise_for_status()
     answer = response.json()
     return Signing(public_key_from_text(answer["public_key"]), bool(answer.get("required")))

@@ -25,6 +25,13 @@ from pydantic import BaseModel
 #: the flow-run inputs the gatekeeper writes (people cannot: docs/access.md)
 REQUESTER_KEY = "compliance-requester"
 DECISION_KEY = "compliance-approval"
+#: the plan a run waiting for approval keeps on itself (written by the run)
+PLAN_KEY = "compliance-plan"
+#: the pause key of a run waiting for approval: fixed, so the resumed run's suspend call
+#: returns the answer
+PAUSE_KEY = "approval"
+#: where the API server's gatekeeper serves its public key (below the API's ``/api``)
+DECISION_KEY_ROUTE = "/compliance/decision-key"
 #: where a run's requester is when no person started it (an automation, the server itself)
 NO_PERSON = "an automation or the server itself"
 
