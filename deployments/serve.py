@@ -8,6 +8,7 @@ flow runs included (docs/operators.md §1).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import time
@@ -26,6 +27,8 @@ from deployments.stack import (
     LocalStack,
     StackOptions,
 )
+from deployments.try_out import TryOutPeople
+from deployments.try_out import ensure as ensure_try_out_people
 
 
 def parse_args(argv: list[str] | None = None) -> StackOptions:
@@ -92,12 +95,13 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         dest="people_file",
         help="people sign in with the names and passwords of this file (python -m "
         "deployments.identity add NAME FILE): at the TLS proxy with --tls-cert, else (loopback "
-        "only) at the Prefect server itself (docs/access.md)",
+        "only) at the Prefect server itself (docs/access.md). Default: try-out people alice, "
+        "bob, carol and dave, their passwords in STATE_DIR/try-out-people.txt",
     )
     parser.add_argument(
         "--access-policy",
         type=Path,
-        help="the roles of those people (default: deployments/access_policy.yaml)",
+        help="the roles of the people of --people (default: deployments/access_policy.yaml)",
     )
     parser.add_argument(
         "--poll-seconds",
@@ -112,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
     )
     args = vars(parser.parse_args(argv))  # named as StackOptions' fields, but for one
     quiet = args.pop("quiet_worker")
+    if args["access_policy"] is not None and args["people_file"] is None:
+        parser.error("--access-policy: give --people too (the people it gives roles to)")
     try:
         return StackOptions(**args, worker_output_to_terminal=not quiet and args["workers"] == 1)
     except (ValueError, DatabaseError) as error:
@@ -128,7 +134,20 @@ def deployment_count(stack: LocalStack, work_pool: str = WORK_POOL_NAME) -> int 
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-def banner(stack: LocalStack, seconds: float) -> str:
+def with_try_out_people(options: StackOptions) -> tuple[StackOptions, TryOutPeople | None]:
+    """Without ``--people``, people still sign in as themselves: the try-out people of the
+    state dir (created on first start). Plain HTTP beyond loopback carries no passwords of
+    people, so there the shared string (and the banner's warning) stays."""
+    if options.people_file is not None or not (options.tls_cert or is_loopback(options.host)):
+        return options, None
+    people = ensure_try_out_people(options.state_dir)
+    signed_in = dataclasses.replace(
+        options, people_file=people.people_file, access_policy=people.policy_file
+    )
+    return signed_in, people
+
+
+def banner(stack: LocalStack, seconds: float, people: TryOutPeople | None = None) -> str:
     """What ``make serve`` prints once up: addresses and where the secrets are, never one."""
     count = deployment_count(stack)
     # where the auth string is, and the shell words that read it
@@ -141,6 +160,9 @@ def banner(stack: LocalStack, seconds: float) -> str:
         login = f"sign in as a person of {stack.options.people_file}"
         api_auth = "your own name and password"
         read_it = '"<your name>:<your password>"'
+    if people is not None:
+        login = f"sign in as {people.describe()}: passwords in {people.passwords_file}"
+        read_it = f'"$(grep ^carol: {people.passwords_file})"'
 
     lines = [
         "",
@@ -202,6 +224,7 @@ def banner(stack: LocalStack, seconds: float) -> str:
 def serve(options: StackOptions) -> int:
     # SIGTERM raises KeyboardInterrupt, so the same cleanup runs as for Ctrl-C
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    options, people = with_try_out_people(options)
     stack = LocalStack(options)
     started = time.monotonic()
     print(f"Starting the local stack in {stack.state_dir} ...", flush=True)
@@ -210,7 +233,7 @@ def serve(options: StackOptions) -> int:
         hidden = stack.secret_values()
         for line in stack.bootstrap_output.splitlines():
             print(f"  bootstrap: {redact(line, hidden)}", flush=True)
-        print(redact(banner(stack, time.monotonic() - started), hidden), flush=True)
+        print(redact(banner(stack, time.monotonic() - started, people), hidden), flush=True)
         while True:
             if failed := stack.failed_children():
                 print(f"Stopping: {failed[0].describe_exit()}", file=sys.stderr, flush=True)

@@ -1,8 +1,9 @@
 """End to end, as an operator runs it: the local stack of ``make serve`` (sandbox, a real
 ``prefect server start`` on PostgreSQL, bootstrap, ``prefect deploy --all`` of prefect.yaml, a
-process worker), then audit-log events in the sandbox that the bridge turns into Prefect
-events, which the triggers of prefect.yaml turn into flow runs: one run per burst, which reads
-every entry since its checkpoint. With the trigger paused, the catch-up schedule does the same.
+process worker, its try-out people signing in as themselves), then audit-log events in the
+sandbox that the bridge turns into Prefect events, which the triggers of prefect.yaml turn into
+flow runs: one run per burst, which reads every entry since its checkpoint. With the trigger
+paused, the catch-up schedule does the same.
 
 One stack for the module (it takes about a minute to start on a busy machine).
 """
@@ -15,10 +16,13 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 
 from deployments.resources import RERUN_DELAY_VARIABLE, RERUN_MAX_ATTEMPTS_VARIABLE
+from deployments.serve import with_try_out_people
 from deployments.stack import LocalStack
+from deployments.try_out import PASSWORDS_FILE
 from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.stack import (
@@ -42,6 +46,8 @@ pytestmark = pytest.mark.timeout(480)
 
 ROUTE = "route-questionnaires/on-ready-for-review"
 RERUN = "rerun-failed-items/on-failed-items"
+ADD = "add-people-to-groups/on-demand"
+ADD_RESULTS = "add-people-to-groups-results"
 PROMOTE_AUTOMATION = "promote-vendors-when-discovered"
 MAX_ATTEMPTS = 2
 BURST = 40
@@ -54,10 +60,10 @@ T = TypeVar("T")
 def stack(
     tmp_path_factory: pytest.TempPathFactory, postgres_databases: Callable[[], str]
 ) -> Iterator[LocalStack]:
-    options = stack_options(
-        database_url=postgres_databases(),
-        state_dir=tmp_path_factory.mktemp("stack"),
+    options, people = with_try_out_people(
+        stack_options(database_url=postgres_databases(), state_dir=tmp_path_factory.mktemp("stack"))
     )
+    assert people is not None, "make serve signs people in on loopback"
     variables = {RERUN_DELAY_VARIABLE: 2, RERUN_MAX_ATTEMPTS_VARIABLE: MAX_ATTEMPTS}
     with StackWithVariables(options, variables) as running:
         yield running
@@ -332,6 +338,63 @@ def test_with_the_trigger_paused_the_catch_up_handles_every_vendor(
     finally:
         set_catch_up_interval(stack, 900)
         stack.request("PATCH", f"/automations/{automation}", {"enabled": True})
+
+
+def test_make_serve_signs_its_try_out_people_in_and_keeps_four_eyes(
+    stack: LocalStack, control: SandboxControl
+) -> None:
+    """``make serve`` without ``--people``: nobody signs in with the server's string. dave
+    (viewer) cannot start a run; alice starts one that waits; her own approval is refused (she
+    may approve, but not her own run); bob approves and exactly the plan is applied, both named
+    in the results."""
+    lines = (stack.state_dir / PASSWORDS_FILE).read_text().splitlines()
+    passwords = dict(line.split(":", 1) for line in lines if not line.startswith("#"))
+    assert sorted(passwords) == ["alice", "bob", "carol", "dave"]
+
+    def signed_in(person: str | None) -> httpx.Client:
+        auth = None if person is None else httpx.BasicAuth(person, passwords[person])
+        return httpx.Client(base_url=stack.api_url, auth=auth, timeout=30)
+
+    with signed_in(None) as anonymous:
+        assert anonymous.post("/deployments/filter", json={}).status_code == 401
+        assert anonymous.get(stack.ui_url).status_code == 401
+    with signed_in("dave") as dave:
+        deployment = dave.get(f"/deployments/name/{ADD}").json()["id"]
+        refused = dave.post(f"/deployments/{deployment}/create_flow_run", json={})
+        assert refused.status_code == 403 and "dave (viewer)" in refused.text
+
+    seed = control.seed()
+    group, people = seed["groups"][4], seed["people"][:3]
+    rows = "person_id,group_id\n" + "".join(f"{person},{group}\n" for person in people)
+    with signed_in("alice") as alice:
+        created = alice.post(
+            f"/deployments/{deployment}/create_flow_run",
+            json={"parameters": {"pasted_rows": rows}},
+        )
+        run = created.raise_for_status().json()["id"]
+        eventually("the run to wait for approval", lambda: waiting(stack, run), 120)
+        decision = {"run_input": {"approve": "yes", "reason": "my own change"}}
+        own = alice.post(f"/flow_runs/{run}/resume", json=decision)
+    assert own.status_code == 403 and "alice requested flow run" in own.text
+    assert "someone else" in own.text
+    assert waiting(stack, run), "the requester's own approval leaves it waiting"
+    assert control.stats()["group_add_counts"].get(group, {}) == {}
+
+    with signed_in("bob") as bob:
+        decision = {"run_input": {"approve": "yes", "reason": "CHG-7 try-out"}}
+        assert bob.post(f"/flow_runs/{run}/resume", json=decision).json()["status"] == "ACCEPT"
+    ended = eventually("the approved run to end", lambda: finished(stack, run), 180)
+    assert ended["type"] == "COMPLETED", ended
+    assert control.stats()["group_add_counts"][group] == dict.fromkeys(people, 1)
+    query = {"artifacts": {"flow_run_id": {"any_": [run]}, "key": {"any_": [ADD_RESULTS]}}}
+    (results,) = stack.request("POST", "/artifacts/filter", query).json()
+    assert "Approved by bob (requested by alice)" in results["description"]
+
+
+def waiting(stack: LocalStack, run_id: str) -> bool:
+    state = state_of(stack, run_id)
+    assert state["type"] not in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}, state
+    return bool(state["name"] == "Suspended")
 
 
 # ------------------------------------------------------------------------------- last

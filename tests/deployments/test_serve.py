@@ -6,7 +6,9 @@ No processes are started: the stack is built but not started, and its Prefect AP
 
 from __future__ import annotations
 
+import base64
 import json
+import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deployments.access import load_policy
+from deployments.auth import SERVER_AUTH_ENV
+from deployments.identity import Verifier, add_person, read_people
 from deployments.resources import WORK_POOL_NAME
-from deployments.serve import banner, deployment_count, parse_args
+from deployments.serve import banner, deployment_count, parse_args, with_try_out_people
 from deployments.stack import LocalStack, StackOptions
+from deployments.try_out import PASSWORDS_FILE, PEOPLE_FILE
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -141,3 +147,81 @@ def test_serve_takes_the_replica_setup_the_scaling_recipe_names() -> None:
     )
     assert (options.api_replicas, options.workers) == (2, 3)
     assert options.redis_url == "redis://127.0.0.1:6379/0"
+
+
+# --------------------------------------------------------------------------- try-out people
+def test_without_people_serve_signs_in_try_out_people_from_private_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make serve`` on loopback: four people with their own passwords (0600 files), the
+    shipped policy giving each one role; a second start keeps the passwords."""
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    options, people = with_try_out_people(parse_args(["--state-dir", str(tmp_path)]))
+    assert people is not None
+    assert options.people_file == people.people_file == tmp_path / PEOPLE_FILE
+    assert options.access_policy == people.policy_file
+    for path in (people.passwords_file, people.people_file, people.policy_file):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    passwords = _passwords(people.passwords_file)
+    verifier = Verifier(read_people(people.people_file))
+    for name, password in passwords.items():
+        assert verifier.identity(_basic(name, password)) == name
+        assert verifier.identity(_basic(name, password + "x")) is None
+    policy = load_policy(people.policy_file)
+    assert {name: set(policy.roles_of(name)) for name in passwords} == {
+        "alice": {"requester", "approver"},
+        "bob": {"requester", "approver"},
+        "carol": {"admin"},
+        "dave": {"viewer"},
+    }
+    assert policy.rule_for("bob", "POST", "/api/flow_runs/x/resume") is not None
+    assert policy.rule_for("dave", "POST", "/api/flow_runs/x/resume") is None
+    assert with_try_out_people(parse_args(["--state-dir", str(tmp_path)]))[1] == people
+    assert _passwords(people.passwords_file) == passwords, "a restart keeps the passwords"
+
+
+def test_try_out_people_need_loopback_or_tls_and_a_policy_needs_its_people(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    beyond = parse_args(["--state-dir", str(tmp_path), "--host", "10.213.0.1"])
+    assert with_try_out_people(beyond) == (beyond, None)  # no person's password over plain HTTP
+    assert not (tmp_path / PASSWORDS_FILE).exists()
+    own = tmp_path / "people"
+    add_person(own, "erin", "erin's long password!")
+    given = parse_args(["--state-dir", str(tmp_path), "--people", str(own)])
+    assert with_try_out_people(given) == (given, None)
+    with pytest.raises(SystemExit):
+        parse_args(["--access-policy", str(own)])
+    assert "--access-policy: give --people too" in capsys.readouterr().err
+
+
+def test_the_banner_names_the_try_out_people_and_where_their_passwords_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SERVER_AUTH_ENV, raising=False)
+    options, people = with_try_out_people(parse_args(["--state-dir", str(tmp_path)]))
+    assert people is not None
+    stack = LocalStack(options)
+    stack.prefect_port = 4200
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=14))
+    monkeypatch.setattr(
+        stack, "api", lambda: httpx.Client(base_url=stack.api_url, transport=transport)
+    )
+    text = banner(stack, 1.0, people)
+    who = "alice (requester, approver), bob (requester, approver), carol (admin), dave (viewer)"
+    assert f"sign in as {who}" in text
+    assert f"passwords in {people.passwords_file}" in text
+    assert f'export PREFECT_API_AUTH_STRING="$(grep ^carol: {people.passwords_file})"' in text
+    for password in _passwords(people.passwords_file).values():
+        assert password not in text
+    assert str(stack.auth_file) not in text and stack.auth_string not in text
+
+
+def _passwords(path: Path) -> dict[str, str]:
+    lines = path.read_text().splitlines()
+    return dict(line.split(":", 1) for line in lines if not line.startswith("#"))
+
+
+def _basic(name: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()
