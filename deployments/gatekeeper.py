@@ -10,6 +10,7 @@ are never served to a person. Each person's request is logged with the person an
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import json
@@ -47,6 +48,30 @@ CREATE_RUN = re.compile(r"/api/deployments/[0-9a-fA-F-]{36}/create_flow_run")
 POLICY_VIOLATION = 1008
 _log = logging.getLogger("compliance.access")
 DEFAULT_KEY_FILE = "compliance-decision-signing-key"
+#: how often the server's own calls ask again while Prefect answers 503 (SQLite locked by
+#: another writer), waiting 0.25 s, 0.5 s, 1 s, 2 s, 2 s ... between them
+BUSY_TRIES = 8
+
+
+class BusyRetry(httpx.AsyncBaseTransport):
+    """Asks again while the server answers 503: a locked SQLite is busy, not a verdict, and a
+    decision or a requester record must not fail on it (the request body is bytes, so it can
+    be sent again)."""
+
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport, tries: int = BUSY_TRIES, first_pause: float = 0.25
+    ) -> None:
+        self.inner, self.tries, self.first_pause = inner, tries, first_pause
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        for attempt in range(self.tries - 1):
+            response = await self.inner.handle_async_request(request)
+            if response.status_code != 503:
+                return response
+            await response.aclose()
+            _log.info("%s %s: busy (503), asking again", request.method, request.url.path)
+            await asyncio.sleep(min(self.first_pause * 2**attempt, 8 * self.first_pause))
+        return await self.inner.handle_async_request(request)
 
 
 class Gatekeeper:
@@ -69,9 +94,10 @@ class Gatekeeper:
         self.decisions = Decisions(self.signing_key, self._as_server)
 
     def _as_server(self) -> httpx.AsyncClient:
-        """This server's own API, in process, as the server (for the decisions' reads)."""
+        """This server's own API, in process, as the server (the decisions' reads and writes),
+        asking again while it is busy."""
         headers = {"Authorization": self._expected} if self._expected else {}
-        transport = httpx.ASGITransport(app=self.app)
+        transport = BusyRetry(httpx.ASGITransport(app=self.app))
         return httpx.AsyncClient(transport=transport, base_url="http://server/api", headers=headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -202,7 +228,7 @@ class Gatekeeper:
         if self.policy.rule_for(person, method, path, body if isinstance(body, dict) else None):
             return None
         roles = ", ".join(sorted(self.policy.roles_of(person))) or "no role"
-        return f"{person} ({roles}) may not {method} {path} (deployments/access_policy.yaml)"
+        return f"{person} ({roles}) may not {method} {path} (the access policy, docs/access.md)"
 
     def _needs_body(self, person: str, method: str, path: str) -> bool:
         """The body decides: a rule's field condition, a block read that may ask secrets, a

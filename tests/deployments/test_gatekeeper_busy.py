@@ -1,0 +1,54 @@
+"""The gatekeeper's own calls to Prefect (a decision, a requester record) ask again while the
+server answers 503, as Prefect does while SQLite is locked by another writer: busy is not a
+verdict, and a person's decision must not fail on it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from deployments.access import load_policy
+from deployments.gatekeeper import BUSY_TRIES, BusyRetry, Gatekeeper
+
+SERVER = "server:a-long-enough-server-password"
+
+
+def busy_app(busy_answers: int) -> tuple[Starlette, list[Any]]:
+    """Prefect's input route, locked for the first ``busy_answers`` requests."""
+    seen: list[Any] = []
+
+    async def create_input(request: Request) -> Response:
+        seen.append(json.loads(await request.body()))
+        if len(seen) <= busy_answers:
+            return JSONResponse({"detail": "database is locked"}, status_code=503)
+        return Response(status_code=201)
+
+    return Starlette(
+        routes=[Route("/api/flow_runs/{id}/input", create_input, methods=["POST"])]
+    ), seen
+
+
+async def test_a_busy_server_is_asked_again_with_the_same_body() -> None:
+    app, seen = busy_app(busy_answers=2)
+    gate = Gatekeeper(app, load_policy(), SERVER)
+    body = {"key": "compliance-approval", "value": "{}"}
+    async with gate._as_server() as api:
+        response = await api.post("/flow_runs/r1/input", json=body)
+    assert response.status_code == 201
+    assert seen == [body, body, body]
+
+
+async def test_a_server_busy_for_longer_gets_its_503_after_a_bounded_number_of_tries() -> None:
+    """(The pauses between tries are shortened here: their length is not what this is about.)"""
+    app, seen = busy_app(busy_answers=100)
+    transport = BusyRetry(httpx.ASGITransport(app=app), first_pause=0.001)
+    async with httpx.AsyncClient(transport=transport, base_url="http://server/api") as api:
+        response = await api.post("/flow_runs/r1/input", json={"key": "k"})
+    assert response.status_code == 503
+    assert len(seen) == BUSY_TRIES
