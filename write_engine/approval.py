@@ -89,24 +89,28 @@ NO_APPROVAL = ApprovalPolicy()
 
 
 class ApprovalInput(RunInput):
-    """The UI's Resume form of a run that waits for approval. Where people sign in at the proxy,
-    it names the approver and the server signs the decision (docs/access.md); the form's
-    approver field is only for a server without sign-in (the try-out)."""
+    """The UI's Resume form of a run that waits for approval where people sign in: the sign-in
+    names the approver and the server signs the decision (docs/access.md)."""
 
     #: no default, so a slip neither approves nor rejects (the form asks to choose)
     approve: Literal["yes", "no"] = Field(
         title="Approve",
         description="yes: apply exactly this plan. no: reject it (nothing is sent).",
     )
-    approver: str = Field(
-        default="",
-        title="Approver (only without sign-in)",
-        description="Where people sign in, leave it empty: the sign-in names you. On a server "
-        "without sign-in (the try-out), your name as it should appear in the record.",
-    )
     reason: NonBlank = Field(
         title="Reason",
         description="Why: the change ticket that authorises it, or why it is rejected.",
+    )
+
+
+class TypedApprovalInput(ApprovalInput):
+    """The form on a server where no one signs in (its policy names no people): the approver
+    names themself, and the record says it was typed, not signed."""
+
+    approver: str = Field(
+        default="",
+        title="Approver",
+        description="Your name as it should appear in the record (this server has no sign-in).",
     )
 
 
@@ -159,7 +163,7 @@ def _recorded(run_id: Any, stored: Any, plan: PlanRecord, signing: Signing) -> A
     return Approval.model_validate(stored)
 
 
-def _typed(answer: ApprovalInput, plan: PlanRecord) -> Approval:
+def _typed(answer: TypedApprovalInput, plan: PlanRecord) -> Approval:
     """Where no one signs in (the try-out): the approver is who the form says."""
     if not answer.approver.strip():
         raise DecisionRefused(
@@ -277,14 +281,13 @@ async def approved_or_rejected(
             plan = await _keep_plan(run_id, plan)
             await _announce(flow_key, run_id, plan, planned(), seconds)
         # suspends; in the resumed run, this returns the form's answer at once
-        form = ApprovalInput.with_initial_data(description=_form_text(flow_key, plan, seconds))
-        answer: ApprovalInput = await asuspend_flow_run(
-            wait_for_input=form, timeout=seconds, key=PAUSE_KEY
-        )
+        form_type = ApprovalInput if signing.required else TypedApprovalInput
+        form = form_type.with_initial_data(description=_form_text(flow_key, plan, seconds))
+        answer = await asuspend_flow_run(wait_for_input=form, timeout=seconds, key=PAUSE_KEY)
         if signing.required:  # resumed past the gatekeeper: it stored no signed decision
             decision = _attested(run_id, None, plan, signing)
         else:
-            decision = _typed(answer, plan)
+            decision = _typed(TypedApprovalInput.model_validate(answer.model_dump()), plan)
             await acreate_flow_run_input(DECISION_KEY, decision.model_dump(mode="json"), run_id)
     await _emit_decision(flow_key, run_id, decision)  # a repeat is a no-op (its id)
     verb = "approved" if decision.approved else "rejected"
@@ -431,8 +434,8 @@ def _form_text(flow_key: str, plan: PlanRecord, seconds: int) -> str:
     return (
         f"**{flow_key}** waits for approval of {plan.total} item(s): {counts_text(plan.counts)}."
         f"\n\nThe full list is the artifact `{flow_key}-plan` (this run's Artifacts tab). "
-        "Approve to apply exactly that plan; reject to send nothing. Who you are (your "
-        "sign-in), your reason and the time go into the run's results and an event. "
+        "Approve to apply exactly that plan; reject to send nothing. Who decided, the reason "
+        "and the time go into the run's results and an event. "
         f"Unanswered, the run fails after {_duration(seconds)}."
     )
 
