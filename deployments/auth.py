@@ -60,6 +60,10 @@ def secret_file(path: Path, make: Callable[[], str]) -> str:
     return path.read_text().strip()
 
 
+#: the least an operator's own auth string's password must have (a generated one has 43)
+MIN_PASSWORD_CHARS, MIN_DISTINCT_CHARS = 24, 12
+
+
 def generate_auth_string(user: str = DEFAULT_USER) -> str:
     """``USER:<43 random URL-safe characters>`` (256 bits)."""
     return f"{user}:{secrets.token_urlsafe(32)}"
@@ -77,6 +81,12 @@ def check_auth_string(value: str, where: str) -> None:
         raise AuthError(f"{where} must have the form USER:PASSWORD (value not shown)")
     if any(character.isspace() for character in value):
         raise AuthError(f"{where} must not contain whitespace (value not shown)")
+    if len(password) < MIN_PASSWORD_CHARS or len(set(password)) < MIN_DISTINCT_CHARS:
+        raise AuthError(
+            f"{where}: its password is too weak (at least {MIN_PASSWORD_CHARS} characters, "
+            f"{MIN_DISTINCT_CHARS} of them different; value not shown). Generate one: "
+            "python -c \"import secrets; print('admin:' + secrets.token_urlsafe(32))\""
+        )
 
 
 def basic_auth(auth_string: str) -> httpx.BasicAuth:

@@ -25,6 +25,7 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from deployments.access import AccessPolicy
+from deployments.auth import SERVER_AUTH_ENV, check_auth_string
 from deployments.decisions import Decisions, Refused
 from deployments.identity import REALM, Verifier, read_people
 from write_engine.attestation import DECISION_KEY_ROUTE, public_key_text, signing_key
@@ -39,6 +40,11 @@ IDENTITY_HEADER = "x-compliance-user"
 SETTINGS_PATH = "/api/admin/settings"
 #: what probes reach without signing in
 OPEN_PATHS = frozenset({"/api/health", "/api/ready"})
+#: Prefect's API reference, which its app serves to anyone outside /api (the whole schema and
+#: the version): only the server's own processes get it
+SCHEMA_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+#: a websocket whose client has not sent its first message (Prefect's auth) by then is closed
+WEBSOCKET_AUTH_SECONDS = 10.0
 URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/@:\s]*:)[^@/\s]+@", re.IGNORECASE)
 #: the server's public key for attested decisions (served by the gatekeeper itself)
 DECISION_KEY_PATH = "/api" + DECISION_KEY_ROUTE
@@ -84,9 +90,11 @@ class Gatekeeper:
         auth_string: str | None,
         signing_key: Ed25519PrivateKey | None = None,
         people: Verifier | None = None,
+        websocket_auth_seconds: float = WEBSOCKET_AUTH_SECONDS,
     ) -> None:
         self.app = app
         self.policy = policy
+        self.websocket_auth_seconds = websocket_auth_seconds
         self._expected = _basic(auth_string) if auth_string else None
         #: people signing in here, without a proxy in front (``COMPLIANCE_PEOPLE_FILE``)
         self.people = people
@@ -105,6 +113,8 @@ class Gatekeeper:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "websocket":
+            receive = _first_message_within(receive, send, self.websocket_auth_seconds)
         headers = _headers(scope)
         if self.people is not None and not self._from_proxy(headers):
             signed_in = self._signed_in(scope, headers)
@@ -116,6 +126,9 @@ class Gatekeeper:
                 scope, headers = signed_in
         person = headers.get(IDENTITY_HEADER, "").strip()
         server = self._expected is None or self._from_proxy(headers)
+        if path in SCHEMA_PATHS and (person or not server or self._expected is None):
+            await _respond(send, 404, {"detail": "Not Found"})
+            return
         if path == DECISION_KEY_PATH and server and not person:
             await _respond(send, 200, self._signing())
             return
@@ -311,6 +324,31 @@ def _asks_for_secrets(scope: Scope, body: Any) -> bool:
     return isinstance(body, dict) and body.get("include_secrets") is True
 
 
+def _first_message_within(receive: Receive, send: Send, seconds: float) -> Receive:
+    """Prefect waits for a websocket's first message (its auth) with no time limit, so a
+    stranger could hold any number of sockets open: after ``seconds`` without it the socket is
+    closed (1008) and the app told the client left."""
+    connected = waiting = False
+
+    async def wrapped() -> Message:
+        nonlocal connected, waiting
+        if not connected or not waiting:
+            message = await receive()
+            connected = connected or message.get("type") == "websocket.connect"
+            waiting = connected and message.get("type") == "websocket.connect"
+            return message
+        try:
+            message = await asyncio.wait_for(receive(), seconds)
+        except TimeoutError:
+            reason = f"no auth message within {seconds:g} s"
+            await send({"type": "websocket.close", "code": POLICY_VIOLATION, "reason": reason})
+            return {"type": "websocket.disconnect", "code": POLICY_VIOLATION}
+        waiting = False
+        return message
+
+    return wrapped
+
+
 async def _refuse(scope: Scope, send: Send, reason: str) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": POLICY_VIOLATION, "reason": reason[:120]})
@@ -426,6 +464,8 @@ def install(
         settings = get_current_settings()
         auth = settings.server.api.auth_string
         secret = auth.get_secret_value() if auth is not None else None
+        if secret is not None:  # a weak string would be the one key to everything
+            check_auth_string(secret, SERVER_AUTH_ENV)
         key = signing_key(key_file or Path(settings.home) / DEFAULT_KEY_FILE)
         people = Verifier(read_people(people_file)) if people_file and secret else None
         return Gatekeeper(original(*args, **kwargs), policy, secret, key, people)

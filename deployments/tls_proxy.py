@@ -23,6 +23,24 @@ from deployments.auth import url_host
 from deployments.processes import ChildProcess, ChildService, wait_until
 
 INSTALL_HINT = "apt-get install -y --no-install-recommends nginx-light"
+#: Mozilla's "intermediate" TLS 1.2 ciphers (TLS 1.3's are all forward secret): ECDHE only, so
+#: every session has forward secrecy; no RSA key exchange, no CBC
+TLS12_CIPHERS = ":".join(
+    [
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "ECDHE-RSA-CHACHA20-POLY1305",
+    ]
+)
+#: one client (address) at most this many connections at once (websockets included: a worker
+#: holds about 5, a browser tab about 10; behind one NAT, many) and requests a second (burst)
+CONNECTIONS_PER_CLIENT = 256
+REQUESTS_PER_SECOND, REQUEST_BURST = 200, 1000
+#: HSTS: browsers use https only for this host for two years
+HSTS_SECONDS = 63072000
 #: the websockets of Prefect 3's API: kept open for an hour without traffic
 WEBSOCKET_PATHS = (
     r"^/api/events/(in|out)$",
@@ -131,12 +149,13 @@ def render_nginx_config(options: TLSProxyOptions, *, as_root: bool | None = None
     identity_log = _identity_log(options)
     return f"""# rendered by deployments/tls_proxy.py (nginx -c <this file> -g 'daemon off;')
 {f"user nobody {_nobody_group()};" if root else "# not root: the workers run as this user"}
-worker_processes 1;
+worker_processes auto;
+worker_rlimit_nofile 16384;
 pid {_quoted(state / "nginx.pid")};
 error_log stderr notice;
 
 events {{
-    worker_connections 1024;
+    worker_connections 4096;
 }}
 
 http {{{identity_log}
@@ -144,6 +163,16 @@ http {{{identity_log}
 {temp_paths}
     client_max_body_size 64m;
     server_tokens off;
+    # a client that sends nothing is dropped: no slot held by a silent connection
+    client_header_timeout 10s;
+    client_body_timeout 30s;
+    send_timeout 30s;
+    keepalive_timeout 30s;
+    # per client address: connections at once and requests a second (429 beyond them)
+    limit_conn_zone $binary_remote_addr zone=per_client:10m;
+    limit_req_zone $binary_remote_addr zone=per_client_rate:10m rate={REQUESTS_PER_SECOND}r/s;
+    limit_conn_status 429;
+    limit_req_status 429;
 
     map $http_upgrade $connection_upgrade {{
         default upgrade;
@@ -155,7 +184,14 @@ http {{{identity_log}
         ssl_certificate {_quoted(options.cert_file.resolve())};
         ssl_certificate_key {_quoted(options.key_file.resolve())};
         ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ciphers {TLS12_CIPHERS};
         ssl_prefer_server_ciphers off;
+        ssl_session_tickets off;
+        ssl_session_cache shared:compliance_tls:10m;
+        ssl_session_timeout 1d;
+        add_header Strict-Transport-Security "max-age={HSTS_SECONDS}" always;
+        limit_conn per_client {CONNECTIONS_PER_CLIENT};
+        limit_req zone=per_client_rate burst={REQUEST_BURST} nodelay;
 {_sign_in(options, proxied)}{websocket_locations}
 
         location / {{{proxied}

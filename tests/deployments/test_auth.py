@@ -21,6 +21,7 @@ import base64
 import json
 import os
 import re
+import socket
 import ssl
 import stat
 import uuid
@@ -44,12 +45,23 @@ from deployments.auth import (
     generate_auth_string,
     is_loopback,
 )
-from deployments.gatekeeper import IDENTITY_HEADER
+from deployments.gatekeeper import (
+    IDENTITY_HEADER,
+    POLICY_VIOLATION,
+    SCHEMA_PATHS,
+    WEBSOCKET_AUTH_SECONDS,
+)
 from deployments.identity import IdentityEndpoint, add_person
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
 from deployments.serve import banner, parse_args
 from deployments.stack import LocalStack, StackOptions, free_port
-from deployments.tls_proxy import TLSProxy, TLSProxyOptions, render_nginx_config
+from deployments.tls_proxy import (
+    CONNECTIONS_PER_CLIENT,
+    HSTS_SECONDS,
+    TLSProxy,
+    TLSProxyOptions,
+    render_nginx_config,
+)
 from sandbox.control import SandboxControl, SandboxControlError
 from sandbox.runner import run_sandbox_in_thread
 from tests.deployments.test_access_policy import PEOPLE, with_people
@@ -129,9 +141,11 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
 def proxy(
     server: PrefectServer, ca: TestCA, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TLSProxy]:
-    """nginx with a certificate for 127.0.0.1 from the test CA, in front of the server."""
+    """nginx with a certificate for 127.0.0.1 from the test CA, in front of the server (an RSA
+    key: the one under which nginx's default ciphers would allow RSA key exchange)."""
     nginx_or_skip()
-    certs: IssuedCert = ca.issue(tmp_path_factory.mktemp("certs"), ["127.0.0.1", "localhost"])
+    hosts = ["127.0.0.1", "localhost"]
+    certs: IssuedCert = ca.issue(tmp_path_factory.mktemp("certs"), hosts, rsa_key=True)
     options = TLSProxyOptions(
         listen_host="127.0.0.1",
         listen_port=free_port(),
@@ -568,6 +582,126 @@ def test_through_the_tls_proxy_without_the_auth_string_401(
         assert anonymous.get("/health").status_code == 200
 
 
+# --------------------------------------------------------------------------- the proxy, hardened
+def _handshake(proxy: TLSProxy, ca: TestCA, ciphers: str | None = None) -> ssl.SSLSocket:
+    """A TLS 1.2 handshake with the proxy offering only ``ciphers`` (OpenSSL names)."""
+    context = ssl.create_default_context(cafile=str(ca.cert_file))
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    if ciphers is not None:
+        context.set_ciphers(ciphers)
+    raw = socket.create_connection(("127.0.0.1", proxy.options.listen_port), timeout=10)
+    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def test_the_proxy_speaks_only_forward_secret_tls_with_hsts_and_no_session_tickets(
+    proxy: TLSProxy, ca: TestCA
+) -> None:
+    """RSA key exchange (no forward secrecy) is what nginx's default ciphers still allowed
+    with this RSA certificate; the rendered ciphers are Mozilla's intermediate list."""
+    for static_rsa in ("AES128-SHA", "AES256-SHA256", "AES128-GCM-SHA256:AES256-GCM-SHA384"):
+        with pytest.raises(ssl.SSLError):
+            _handshake(proxy, ca, static_rsa).close()
+    with _handshake(proxy, ca) as tls:
+        name, version, _ = tls.cipher()
+        assert version == "TLSv1.2" and name.startswith("ECDHE-"), name
+        tls.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+        assert tls.session is not None and not tls.session.has_ticket
+    head = answer.split(b"\r\n\r\n")[0].decode().lower()
+    assert f"strict-transport-security: max-age={HSTS_SECONDS}" in head
+
+
+def test_prefects_api_reference_is_refused_to_a_stranger(
+    server: PrefectServer, proxy: TLSProxy, ca: TestCA
+) -> None:
+    """``/docs``, ``/redoc`` and ``/openapi.json`` (the whole schema and Prefect's version) sit
+    outside ``/api``, where Prefect's own auth does not reach: only the server's processes."""
+    for base, verify in (
+        (server.ui_url, True),
+        (proxy.api_url.removesuffix("/api"), str(ca.cert_file)),
+    ):
+        with httpx.Client(base_url=base, timeout=10, verify=verify) as stranger:
+            for path in sorted(SCHEMA_PATHS):
+                answer = stranger.get(path)
+                assert answer.status_code in (401, 404), (base, path)
+                assert "openapi" not in answer.text and "swagger" not in answer.text.lower()
+            with_a_persons_name = stranger.get("/openapi.json", headers=_as("vic"))
+            assert with_a_persons_name.status_code == 404
+            assert stranger.get("/openapi.json", auth=_basic_auth(AUTH)).status_code == 200
+
+
+def _basic_auth(auth_string: str) -> httpx.BasicAuth:
+    user, _, password = auth_string.partition(":")
+    return httpx.BasicAuth(user, password)
+
+
+async def _stranger_floods(url: str, context: ssl.SSLContext, attempts: int) -> list[Any]:
+    """``attempts`` websockets at once from 127.0.0.2 (another client than the test's), with
+    Prefect's subprotocol, never sending the auth message."""
+
+    async def one() -> Any:
+        return await connect(
+            url,
+            subprotocols=[PREFECT],
+            ssl=context,
+            open_timeout=30,
+            ping_interval=None,
+            local_addr=("127.0.0.2", 0),
+        )
+
+    return await asyncio.gather(*(one() for _ in range(attempts)), return_exceptions=True)
+
+
+async def _closed_within(sockets: list[Any], seconds: float) -> list[int | None]:
+    """Each socket's close code, waiting at most ``seconds`` in all (None: still open)."""
+
+    async def code(websocket: Any) -> int | None:
+        await websocket.wait_closed()
+        return websocket.close_code  # type: ignore[no-any-return]
+
+    done, pending = await asyncio.wait(
+        [asyncio.ensure_future(code(s)) for s in sockets], timeout=seconds
+    )
+    for task in pending:
+        task.cancel()
+    return [task.result() for task in done] + [None] * len(pending)
+
+
+def test_a_websocket_flood_from_a_stranger_leaves_the_api_answering_and_is_closed(
+    proxy: TLSProxy, ca: TestCA
+) -> None:
+    """600 websockets at once to ``/api/events/in`` from a client with no credentials that
+    never authenticates: nginx lets one client hold at most ``CONNECTIONS_PER_CLIENT`` (429
+    beyond), the server closes each that sends no auth message within
+    ``WEBSOCKET_AUTH_SECONDS`` (1008), and meanwhile an authenticated client is answered."""
+    attempts = 600
+    context = ssl.create_default_context(cafile=str(ca.cert_file))
+    wss = proxy.api_url.replace("https", "wss", 1) + "/events/in"
+
+    async def scenario() -> tuple[list[Any], list[int | None], int, int]:
+        results = await _stranger_floods(wss, context, attempts)
+        opened = [r for r in results if not isinstance(r, BaseException)]
+        async with httpx.AsyncClient(
+            base_url=proxy.api_url, auth=_basic_auth(AUTH), verify=str(ca.cert_file), timeout=10
+        ) as client:  # a 10 s timeout: an answer later than that fails the test
+            filtered = await client.post("/deployments/filter", json={"limit": 5})
+            health = await client.get("/health")
+        codes = await _closed_within(opened, WEBSOCKET_AUTH_SECONDS + 10)
+        return results, codes, filtered.status_code, health.status_code
+
+    results, codes, filtered, health = asyncio.run(scenario())
+    assert (filtered, health) == (200, 200)
+    refused = [r for r in results if isinstance(r, InvalidStatus)]
+    assert {r.response.status_code for r in refused} <= {429}
+    assert len(codes) + len(refused) == attempts, [
+        r for r in results if isinstance(r, Exception) and not isinstance(r, InvalidStatus)
+    ][:3]
+    assert 0 < len(codes) <= CONNECTIONS_PER_CLIENT
+    assert codes == [POLICY_VIOLATION] * len(codes), "each closed by the server, none left open"
+
+
 def test_the_proxy_config_listens_where_it_is_told_with_websocket_upgrades(
     tmp_path: Path,
 ) -> None:
@@ -675,9 +809,11 @@ def test_every_prefect_child_gets_the_client_string_and_only_servers_the_server_
 def test_an_operators_auth_string_comes_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(SERVER_AUTH_ENV, "ops:from-the-vault-1234")
+    monkeypatch.setenv(SERVER_AUTH_ENV, "ops:from-the-vault-2f9Kq7Zx1Lm4Pw8R")
     stack = LocalStack(parse_args(["--state-dir", str(tmp_path)]))
-    assert stack.auth_string == "ops:from-the-vault-1234" and stack.auth_from_environment
+    assert (
+        stack.auth_string == "ops:from-the-vault-2f9Kq7Zx1Lm4Pw8R" and stack.auth_from_environment
+    )
     assert not stack.auth_file.exists()
     assert "from-the-vault" not in repr(stack.options)
 
@@ -689,6 +825,8 @@ def test_an_operators_auth_string_comes_from_the_environment(
         ("no-colon-here-secret", "USER:PASSWORD"),
         ("admin:", "USER:PASSWORD"),
         ("admin:has space-secret", "whitespace"),
+        ("admin:short-but-not-empty", "too weak (at least 24 characters"),
+        ("admin:" + "ab" * 20, "12 of them different"),
     ],
 )
 def test_serve_refuses_an_unusable_auth_string_without_showing_it(

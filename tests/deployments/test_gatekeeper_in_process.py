@@ -1,6 +1,7 @@
-"""The gatekeeper's own calls to Prefect (a decision, a requester record) ask again while the
-server answers 503, as Prefect does while SQLite is locked by another writer: busy is not a
-verdict, and a person's decision must not fail on it."""
+"""The gatekeeper in process, without a server: its own calls to Prefect (a decision, a
+requester record) ask again while the server answers 503, as Prefect does while SQLite is locked
+by another writer (busy is not a verdict, and a person's decision must not fail on it); and a
+server with a weak auth string does not start."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from deployments.access import load_policy
-from deployments.gatekeeper import BUSY_TRIES, BusyRetry, Gatekeeper
+from deployments.auth import AuthError
+from deployments.gatekeeper import BUSY_TRIES, BusyRetry, Gatekeeper, install
 
 SERVER = "server:a-long-enough-server-password"
 
@@ -52,3 +55,17 @@ async def test_a_server_busy_for_longer_gets_its_503_after_a_bounded_number_of_t
         response = await api.post("/flow_runs/r1/input", json={"key": "k"})
     assert response.status_code == 503
     assert len(seen) == BUSY_TRIES
+
+
+def test_a_server_with_a_weak_auth_string_does_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every server the project starts (``prefect_entry``) checks the string's strength: it is
+    the one key the proxy and the server's own processes hold."""
+    from prefect.server.api import server
+    from prefect.settings import PREFECT_SERVER_API_AUTH_STRING, temporary_settings
+
+    monkeypatch.setattr(server, "create_app", server.create_app)  # restored afterwards
+    install(load_policy())
+    weak = {PREFECT_SERVER_API_AUTH_STRING: "admin:changeme"}
+    with temporary_settings(weak), pytest.raises(AuthError, match="too weak") as refused:
+        server.create_app(ephemeral=True)
+    assert "changeme" not in str(refused.value)
