@@ -19,6 +19,7 @@ from pydantic_core import to_json
 
 from audit_log.checkpoints import EventLogCheckpoint
 from compliance_api.errors import InputError
+from compliance_api.files import GROUP_READABLE, open_append, open_new
 from compliance_api.models import LoggedEvent
 
 CHECKPOINT_FILE = "checkpoint.json"
@@ -95,7 +96,7 @@ class DayFileExport:
         written: set[str] = set()
         for day, rows in by_day.items():
             name = f"event-log-{day.isoformat()}.jsonl"  # a DAY_FILE
-            with (self.directory / name).open("ab") as handle:
+            with open_append(self.directory / name, GROUP_READABLE) as handle:
                 handle.write(b"\n".join(rows) + b"\n")
                 files[name] = handle.tell()
             lines[name] = lines.get(name, 0) + len(rows)
@@ -114,7 +115,7 @@ class DayFileExport:
     def commit(self, checkpoint: ExportCheckpoint) -> None:
         """Replace the checkpoint atomically (write, fsync, rename, fsync the directory)."""
         temporary = self.checkpoint_path.with_suffix(".json.tmp")
-        with temporary.open("wb") as handle:
+        with open_new(temporary, GROUP_READABLE) as handle:
             handle.write(checkpoint.model_dump_json(indent=1).encode())
             handle.flush()
             os.fsync(handle.fileno())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from compliance_api.files import make_dirs
 from deployments.auth import CLIENT_AUTH_ENV, SERVER_AUTH_ENV, check_exposure, url_host
 from deployments.processes import ChildProcess, http_ok, wait_until
 from deployments.server_settings import apply_server_settings, redis_settings
@@ -96,7 +97,7 @@ class PrefectServer:
             command += ["start", "--host", self.options.host, "--port", str(self.options.port)]
             command += ["--ui" if self.options.ui else "--no-ui", "--analytics-off"]
             command += ["--no-services"] if self.options.role == "api" else []
-        self.options.home.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.options.home)
         self.child = ChildProcess(
             self.name, command, env=env, cwd=Path.cwd(), log_path=self.options.log_path
         )

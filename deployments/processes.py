@@ -22,6 +22,8 @@ from typing import IO, Self
 import httpx
 import psutil
 
+from compliance_api.files import UMASK, make_dirs, open_append
+
 #: seconds a child gets to exit after SIGTERM (the worker cancels its flow runs in that time)
 GRACE_SECONDS = 10.0
 _PR_SET_PDEATHSIG = 1
@@ -52,8 +54,8 @@ class ChildProcess:
         self.log_path = log_path
         self._log: IO[bytes] | None = None
         if log_path is not None:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+            make_dirs(log_path.parent)
+            self._log = open_append(log_path)  # closed in stop()
         self.process = subprocess.Popen(
             self.command,
             env=dict(env),
@@ -62,6 +64,7 @@ class ChildProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT if self._log is not None else None,
             start_new_session=True,
+            umask=UMASK,  # what the child writes is 0640 at most (docs/scaling.md, files)
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads touch the fork window
         )
 

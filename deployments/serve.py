@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from compliance_api.files import UMASK
 from deployments.auth import SERVER_AUTH_ENV, AuthError, is_loopback, redact
 from deployments.database import DatabaseError, redact_text
 from deployments.prefect_server import HOST
@@ -224,6 +226,7 @@ def banner(stack: LocalStack, seconds: float, people: TryOutPeople | None = None
 def serve(options: StackOptions) -> int:
     # SIGTERM raises KeyboardInterrupt, so the same cleanup runs as for Ctrl-C
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    os.umask(UMASK)  # nothing of the stack is readable by other users of the machine
     options, people = with_try_out_people(options)
     stack = LocalStack(options)
     started = time.monotonic()

@@ -26,6 +26,7 @@ from cryptography.fernet import Fernet
 from pydantic import SecretStr
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from compliance_api.files import make_dirs
 from deployments.auth import (
     AUTH_FILE_NAME,
     CLIENT_AUTH_ENV,
@@ -389,7 +390,7 @@ class LocalStack:
         """Bring everything up (sandbox beside server, workers beside ``prefect deploy``); on
         any failure stop what was started and raise."""
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.state_dir)
             check_exposure(self.host, self.auth_string)
             if self.tls:
                 require_nginx()

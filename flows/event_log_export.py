@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from audit_log.checkpoints import EventLogCheckpoint
 from audit_log.jsonl_export import LOCK_FILE, DayFileExport, ExportCheckpoint
 from compliance_api.errors import InputError
+from compliance_api.files import GROUP_READABLE_DIR, PRIVATE, make_dirs
 from read_reports.filters import parse_timestamp
 from read_reports.tables import markdown_table, publish_markdown
 from runtime import collector
@@ -76,10 +77,11 @@ async def export_event_log(
     """
     directory = _output_dir(output_dir)
     first_start = parse_timestamp("start_date", start_date)
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dirs(directory, GROUP_READABLE_DIR)
     logger = get_run_logger()
     try:
-        held = await AsyncFileLock(directory / LOCK_FILE, timeout=lock_wait_seconds).acquire()
+        lock = AsyncFileLock(directory / LOCK_FILE, timeout=lock_wait_seconds, mode=PRIVATE)
+        held = await lock.acquire()
     except Timeout as exc:
         reason = f"another export held the lock for more than {lock_wait_seconds:g}s ({exc})"
         logger.warning("Skipped: %s; the next run continues from the checkpoint", reason)

@@ -19,6 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
+from compliance_api.files import make_dirs, touch
+
 LedgerState = Literal["pending", "attached"]
 FILE_NAME = "document-links.sqlite3"
 TABLE = "compliance_document_links"
@@ -55,7 +57,8 @@ class LedgerEntry:
 def ledger_url(state_dir: Path, shared_url: str | None) -> URL:
     """The shared PostgreSQL database if one is named (any driver spelling), else the file."""
     if shared_url is None:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(state_dir)
+        touch(state_dir / FILE_NAME)  # 0600: SQLite gives its -wal and -shm files the same
         return URL.create("sqlite", database=str(state_dir / FILE_NAME))
     url = make_url(shared_url)
     if url.get_backend_name() != "postgresql":

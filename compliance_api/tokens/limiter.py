@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from filelock import AsyncFileLock, Timeout
 
+from compliance_api.files import write_private
 from compliance_api.tokens.errors import TokenRateLimitWaitError
 
 TOKEN_ENDPOINT_CALLS_PER_WINDOW = 5
@@ -67,7 +68,7 @@ class FileRateLimiter:
             if len(stamps) >= TOKEN_ENDPOINT_CALLS_PER_WINDOW:
                 return min(stamps) + _WINDOW - now
             stamps.append(now)
-            self.path.write_text(json.dumps(stamps))
+            write_private(self.path, json.dumps(stamps))
             return 0.0
 
     def _read(self) -> list[float]:

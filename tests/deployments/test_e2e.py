@@ -31,6 +31,7 @@ from tests.fixtures.stack import (
     PROMOTE,
     StackWithVariables,
     assert_no_secret_in_prefect_database,
+    assert_private_files,
     assert_stop_leaves_no_process,
     eventually,
     final,
@@ -47,6 +48,7 @@ pytestmark = pytest.mark.timeout(480)
 ROUTE = "route-questionnaires/on-ready-for-review"
 RERUN = "rerun-failed-items/on-failed-items"
 ADD = "add-people-to-groups/on-demand"
+EXPORT = "export-event-log/daily"
 ADD_RESULTS = "add-people-to-groups-results"
 PROMOTE_AUTOMATION = "promote-vendors-when-discovered"
 MAX_ATTEMPTS = 2
@@ -399,7 +401,13 @@ def waiting(stack: LocalStack, run_id: str) -> bool:
 
 # ------------------------------------------------------------------------------- last
 def test_the_stack_keeps_no_secret_and_stops_cleanly(stack: LocalStack) -> None:
-    """After everything above: no secret in the Prefect database, and stopping leaves no
-    process behind (this stops the module's stack, so it runs last)."""
+    """After everything above (and a daily export): no secret in the Prefect database, no file
+    of the stack readable by other users, and stopping leaves no process behind (this stops the
+    module's stack, so it runs last)."""
+    export = run_deployment(stack, EXPORT, {})
+    state = eventually("the export run", lambda: finished(stack, export), 120)
+    assert state["type"] == "COMPLETED", state
+    assert list((stack.state_dir / "compliance" / "event-log-export").glob("event-log-*.jsonl"))
+    assert_private_files(stack.state_dir)
     assert_no_secret_in_prefect_database(stack)
     assert_stop_leaves_no_process(stack)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,11 @@ async def test_export_writes_every_entry_once_and_appends_only_new_ones(
     assert records[0] == log[0]  # the entry as the API returned it
     assert calls(reads_env, LOGS) == first.pages == len(log) // 25
     assert sum(first.files.values()) == len(log)
+    # an auditor's group may read the export; nobody else, and nobody but the owner writes it
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in out.iterdir()}
+    assert set(modes.values()) <= {0o640, 0o600}, modes
+    assert modes[CHECKPOINT_FILE] == 0o640 and modes[LOCK_FILE] == 0o600
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750
 
     again = await export_event_log(output_dir=str(out))
     assert again.written == 0 and len(exported(out)) == len(log)

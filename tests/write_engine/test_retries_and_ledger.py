@@ -7,6 +7,7 @@ import importlib
 import inspect
 import logging
 import pkgutil
+import stat
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -143,6 +144,16 @@ def test_two_ledgers_claiming_the_same_links_at_once_win_each_once(
         raise causes[0]
     won = [future.result() for future in futures]
     assert sorted(won[0] + won[1]) == sorted(links)  # every link claimed, none twice
+
+
+def test_the_local_ledger_and_its_journal_are_the_owners_only(tmp_path: Path) -> None:
+    """The SQLite ledger (0600): SQLite gives its -wal and -shm files the file's mode."""
+    with LinkLedger(ledger_url(tmp_path / "state", None), "t") as ledger:
+        assert ledger.claim("d-1", "https://x.test/a", "run-1") is None
+        files = sorted((tmp_path / "state").iterdir())
+        assert len(files) == 3, files  # the ledger, its -wal and -shm
+        assert {stat.S_IMODE(path.stat().st_mode) for path in files} == {0o600}
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
 
 
 def test_the_ledger_says_where_it_is_and_never_the_password(tmp_path: Path) -> None:
