@@ -8,13 +8,14 @@ logged, put on a command line or stored in Prefect (``redact`` hides it in shown
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import httpx
+
+from compliance_api.network import is_loopback
 
 SERVER_AUTH_ENV = "PREFECT_SERVER_API_AUTH_STRING"
 CLIENT_AUTH_ENV = "PREFECT_API_AUTH_STRING"
@@ -23,22 +24,10 @@ SSL_CERT_ENV = "PREFECT_API_SSL_CERT_FILE"
 #: the file next to the token-encryption key that holds the stack's auth string
 AUTH_FILE_NAME = "prefect-api-auth"
 DEFAULT_USER = "admin"
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
 class AuthError(ValueError):
     """An auth string (or its absence) that must not be used; the message never holds it."""
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or ``localhost``: reachable from this machine only."""
-    name = host.strip().strip("[]").lower()
-    if name in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def url_host(host: str) -> str:

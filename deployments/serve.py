@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 
 from compliance_api.files import UMASK
-from deployments.auth import SERVER_AUTH_ENV, AuthError, is_loopback, redact
+from compliance_api.network import is_loopback
+from deployments.auth import SERVER_AUTH_ENV, AuthError, redact
 from deployments.database import DatabaseError, redact_text
 from deployments.prefect_server import HOST
 from deployments.resources import WORK_POOL_NAME
@@ -182,6 +183,11 @@ def banner(stack: LocalStack, seconds: float, people: TryOutPeople | None = None
         )
     if stack.options.redis_url:
         lines.append(f"  Redis:         {redact_text(stack.options.redis_url)}")
+        if stack.redis is not None and stack.redis.persistent is False:
+            lines.append(
+                "  Warning: this Redis keeps nothing on disk: if it restarts, the concurrency "
+                "slots its leases held stay taken (docs/scaling.md §4: appendonly yes)"
+            )
     if len(stack.replicas) > 1:
         others = ", ".join(server.api_url for server in stack.replicas[1:])
         replicas = len(stack.replicas)

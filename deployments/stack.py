@@ -27,6 +27,7 @@ from pydantic import SecretStr
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from compliance_api.files import make_dirs
+from compliance_api.network import is_loopback
 from deployments.auth import (
     AUTH_FILE_NAME,
     CLIENT_AUTH_ENV,
@@ -36,7 +37,6 @@ from deployments.auth import (
     check_auth_string,
     check_exposure,
     generate_auth_string,
-    is_loopback,
     secret_file,
     url_host,
 )
@@ -45,6 +45,7 @@ from deployments.database import parse_database_url, prepare_database, redact_te
 from deployments.identity import IdentityEndpoint
 from deployments.prefect_server import HOST, PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, http_ok, run_to_completion, wait_until
+from deployments.redis_check import RedisFacts, check_redis_url, preflight
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.tls_proxy import TLSProxy, TLSProxyOptions, require_nginx
 from sandbox.launch import HEALTH_PATH, demo_environment, sandbox_command
@@ -161,6 +162,8 @@ class StackOptions:
             raise ValueError(
                 f"redis_url={redact_text(self.redis_url)!r}: must be a redis:// or rediss:// URL"
             )
+        if self.redis_url is not None:
+            check_redis_url(self.redis_url)
         if self.api_replicas > 1 and (self.database_url is None or self.redis_url is None):
             raise ValueError(
                 f"api_replicas={self.api_replicas}: several API servers need PostgreSQL "
@@ -210,6 +213,8 @@ class LocalStack:
         self.children: list[ChildProcess] = []
         #: the API servers; the first is ``server`` (the one bootstrap and deploy talk to)
         self.replicas: list[PrefectServer] = []
+        #: what the Redis preflight found (``redis_url`` set; None before the start)
+        self.redis: RedisFacts | None = None
         self.services: PrefectServer | None = None
         self.timings: dict[str, float] = {}
         self.bootstrap_output = ""
@@ -432,6 +437,8 @@ class LocalStack:
         proxy and the other replicas and services process."""
         if self.options.database_url is not None:
             prepare_database(self.options.database_url)  # a DatabaseError before anything runs
+        if self.options.redis_url is not None:
+            self.redis = preflight(self.options.redis_url)  # a refusal before anything runs
         wait_for_sandbox = self.launch_sandbox()
         self.prefect_port = preferred_port(self.options.prefect_port, self.host)
         self.server_port = free_port(HOST) if self.tls else self.prefect_port

@@ -20,6 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from compliance_api.files import make_dirs, touch
+from compliance_api.network import is_loopback
 
 LedgerState = Literal["pending", "attached"]
 FILE_NAME = "document-links.sqlite3"
@@ -54,6 +55,9 @@ class LedgerEntry:
         return f"{self.state}{run} at {self.updated_at}{link}"
 
 
+VERIFIED_SSLMODE = "verify-full"
+
+
 def ledger_url(state_dir: Path, shared_url: str | None) -> URL:
     """The shared PostgreSQL database if one is named (any driver spelling), else the file."""
     if shared_url is None:
@@ -63,7 +67,24 @@ def ledger_url(state_dir: Path, shared_url: str | None) -> URL:
     url = make_url(shared_url)
     if url.get_backend_name() != "postgresql":
         raise ValueError(f"{url.drivername!r}: the shared link ledger must be PostgreSQL")
-    return url.set(drivername="postgresql+psycopg")
+    return _verified_tls(url.set(drivername="postgresql+psycopg"))
+
+
+def _verified_tls(url: URL) -> URL:
+    """Beyond this machine the ledger's password and claims cross the network: TLS with the
+    server's certificate and name checked (``sslmode=verify-full``, the default there; libpq's
+    own default ``prefer`` checks nothing and falls back to plain text)."""
+    host = url.host or str(url.query.get("host", ""))
+    if not host or host.startswith("/") or is_loopback(host):
+        return url  # the Unix socket or loopback: nothing crosses the network
+    mode = url.query.get("sslmode", VERIFIED_SSLMODE)
+    if mode != VERIFIED_SSLMODE:
+        raise ValueError(
+            f"COMPLIANCE_LINK_LEDGER_URL: sslmode={mode} for {host!r}: a ledger on another host "
+            f"needs sslmode={VERIFIED_SSLMODE} (and sslrootcert=<your CA bundle>), so its "
+            "certificate and name are checked"
+        )
+    return url.update_query_dict({"sslmode": VERIFIED_SSLMODE})
 
 
 def _sqlite_pragmas(connection: Any, _record: object) -> None:

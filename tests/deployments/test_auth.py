@@ -36,6 +36,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
+from compliance_api.network import is_loopback
 from deployments.auth import (
     CLIENT_AUTH_ENV,
     SERVER_AUTH_ENV,
@@ -43,7 +44,6 @@ from deployments.auth import (
     basic_auth,
     check_auth_string,
     generate_auth_string,
-    is_loopback,
 )
 from deployments.gatekeeper import (
     IDENTITY_HEADER,

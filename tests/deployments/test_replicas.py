@@ -16,6 +16,7 @@ This is the recipe of docs/scaling.md, run as written there (``python -m deploym
 from __future__ import annotations
 
 import json
+import secrets
 import textwrap
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from deployments.stack import LocalStack
 from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
 from tests.fixtures.chaos import start_child
+from tests.fixtures.own_redis import OwnRedis, own_redis
 from tests.fixtures.stack import (
     ADD_TO_MANAGED,
     BRIDGE,
@@ -51,19 +53,30 @@ LINKS = 200
 
 
 @pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRedis]:
+    """The recipe's Redis (docs/scaling.md §4): a password, and an append-only file written on
+    every change, so a crash loses no lease."""
+    directory = tmp_path_factory.mktemp("redis")
+    persistence = ("--appendonly", "yes", "--appendfsync", "always", "--save", "")
+    with own_redis(directory, secrets.token_urlsafe(24), *persistence) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def stack(
     tmp_path_factory: pytest.TempPathFactory,
     postgres_databases: Callable[[], str],
-    redis_url: str,
+    redis_server: OwnRedis,
 ) -> Iterator[LocalStack]:
     options = stack_options(
         state_dir=tmp_path_factory.mktemp("replicas"),
         database_url=postgres_databases(),
-        redis_url=redis_url,
+        redis_url=redis_server.url(),
         api_replicas=2,
         workers=3,
     )
     with LocalStack(options) as running:
+        assert running.redis is not None and running.redis.persistent is True
         yield running
 
 
@@ -116,6 +129,47 @@ def test_a_burst_survives_a_services_restart_and_a_rolling_restart(stack: LocalS
     assert stats["token_mints"] == {DEMO_MANAGE.client_id: 1} and stats["unauthorized"] == 0
     assert events_named(stack, "compliance.vendor_discovered", started) == BURST
     assert_no_secret_in_prefect_database(stack)
+
+
+def active_slots(stack: LocalStack) -> dict[str, int]:
+    """Every concurrency limit's slots taken (deployments' limits and the token endpoint's)."""
+    limits = stack.request("POST", "/v2/concurrency_limits/filter", {"limit": 200}).json()
+    return {limit["name"]: limit["active_slots"] for limit in limits}
+
+
+def test_a_redis_crash_under_a_burst_leaves_no_concurrency_slot_taken(
+    stack: LocalStack, redis_server: OwnRedis
+) -> None:
+    """Prefect frees a slot only through its lease, and the leases live in Redis: a Redis that
+    forgot them would leave the deployment's slot taken for good (no later run starts). With
+    the recipe's append-only file, Redis killed (SIGKILL) mid-burst and started again keeps
+    every lease: every vendor is managed once and no slot stays taken."""
+    control = SandboxControl(stack.sandbox_url)
+    control.set_fault(ADD_TO_MANAGED, latency_ms=PROMOTION_LATENCY_MS)
+    started = datetime.now(UTC) - timedelta(seconds=5)
+    vendors = {control.inject("vendor_discovered")["id"] for _ in range(BURST // 2)}
+    earlier = {run["id"] for run in triggered_runs(stack, PROMOTE)}
+    bridge = run_deployment(stack, BRIDGE, {"start_date": started.isoformat()})
+    assert eventually("the bridge run", lambda: finished(stack, bridge), 300)["type"] == "COMPLETED"
+
+    def promoted() -> int:
+        return len(set(managed(control)) & vendors)
+
+    eventually("the first promotions", lambda: promoted() >= 8, timeout=300)
+    held = {name: n for name, n in active_slots(stack).items() if n}
+    assert held, "a promotion run holds its deployment's slot while Redis dies"
+    redis_server.kill()
+    redis_server.start()  # from its append-only file
+
+    def all_done() -> list[dict[str, Any]] | None:
+        runs = [r for r in triggered_runs(stack, PROMOTE) if r["id"] not in earlier]
+        return runs if final(runs) and promoted() == len(vendors) else None
+
+    runs = eventually("every vendor managed", all_done, timeout=600)
+    assert {run["state"]["type"] for run in runs} == {"COMPLETED"}, runs
+    counts = managed(control)
+    assert {counts[vendor] for vendor in vendors} == {1}, "each vendor managed once"
+    eventually("every slot given back", lambda: set(active_slots(stack).values()) <= {0}, 60)
 
 
 ATTACH = """
