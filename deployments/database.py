@@ -87,6 +87,44 @@ def quoted_name(name: str | None) -> str:
     return f'"{name}"'
 
 
+#: the link ledger's own role in the Prefect database: a schema of its own and nothing of
+#: Prefect's (docs/scaling.md, the document-link ledger across hosts)
+LEDGER_ROLE_PREFIX = "compliance_ledger_"
+
+
+def ledger_role(database: str) -> str:
+    """The ledger's role for ``database`` (one per database: several stacks share a cluster)."""
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in database.lower())
+    return (LEDGER_ROLE_PREFIX + cleaned)[:63]
+
+
+async def _prepare_ledger(url: URL, password: str) -> URL:
+    role = ledger_role(str(url.database))
+    name, literal = quoted_name(role), "'" + password.replace("'", "''") + "'"
+    admin = await asyncpg.connect(**connect_kwargs(url, str(url.database)), timeout=10)
+    try:
+        exists = await admin.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role)
+        verb = "ALTER" if exists else "CREATE"
+        await admin.execute(
+            f"{verb} ROLE {name} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {literal}"
+        )
+        await admin.execute(f"CREATE SCHEMA IF NOT EXISTS {name} AUTHORIZATION {name}")
+        database = quoted_name(url.database)
+        await admin.execute(f"ALTER ROLE {name} IN DATABASE {database} SET search_path = {name}")
+        await admin.execute(f"GRANT CONNECT ON DATABASE {database} TO {name}")
+    finally:
+        await admin.close()
+    return url.set(drivername="postgresql", username=role, password=password)
+
+
+def prepare_ledger(value: str, password: str) -> str:
+    """A role of the link ledger's own in the Prefect database (created, or its password set),
+    which can touch nothing but its schema: what workers get as the ledger URL, instead of the
+    server's own (often superuser) credentials."""
+    url = asyncio.run(_prepare_ledger(parse_database_url(value), password))
+    return url.render_as_string(hide_password=False)
+
+
 def prepare_database(value: str) -> None:
     """Check the URL and the server's version (14.9+), create the database if missing (the
     server migrates the schema itself)."""

@@ -41,7 +41,13 @@ from deployments.auth import (
     url_host,
 )
 from deployments.automations import BLOCK_ENV, GRACE_ENV, WEBHOOK_ENV
-from deployments.database import parse_database_url, prepare_database, redact_text, redacted
+from deployments.database import (
+    parse_database_url,
+    prepare_database,
+    prepare_ledger,
+    redact_text,
+    redacted,
+)
 from deployments.identity import IdentityEndpoint
 from deployments.prefect_server import HOST, PrefectServer, PrefectServerOptions
 from deployments.processes import ChildProcess, http_ok, run_to_completion, wait_until
@@ -213,6 +219,8 @@ class LocalStack:
         self.children: list[ChildProcess] = []
         #: the API servers; the first is ``server`` (the one bootstrap and deploy talk to)
         self.replicas: list[PrefectServer] = []
+        #: the workers' shared link ledger (its own role), once the database is prepared
+        self.ledger_url: str | None = None
         #: what the Redis preflight found (``redis_url`` set; None before the start)
         self.redis: RedisFacts | None = None
         self.services: PrefectServer | None = None
@@ -250,11 +258,17 @@ class LocalStack:
             return None
         return secret_file(self.sandbox_token_file, lambda: secrets.token_urlsafe(32))
 
+    @property
+    def ledger_password(self) -> str:
+        """The ledger role's password (0600 file in the state dir, created once)."""
+        return secret_file(self.state_dir / "ledger-db-password", lambda: secrets.token_urlsafe(32))
+
     def secret_values(self) -> list[str]:
         """Every secret value of this stack, for redaction and secret scans."""
         urls = [url for url in (self.options.database_url, self.options.redis_url) if url]
         values = [self.auth_string, encryption_key(self.state_dir), self.sandbox_control_token]
         values += [urlsplit(url).password for url in urls]
+        values += [self.ledger_password] if self.ledger_url else []
         return [value for value in values if value]
 
     @property
@@ -383,8 +397,8 @@ class LocalStack:
             env["PREFECT_HOME"] = str(machine / "prefect")
             env["COMPLIANCE_STATE_DIR"] = str(machine / "compliance")
             env["COMPLIANCE_TOKEN_STORE"] = "prefect"  # noqa: S105 - a store kind, not a secret
-            if self.options.database_url is not None:  # one link ledger for every machine
-                env["COMPLIANCE_LINK_LEDGER_URL"] = self.options.database_url
+            if self.ledger_url is not None:  # one link ledger for every machine
+                env["COMPLIANCE_LINK_LEDGER_URL"] = self.ledger_url
         password = self.options.worker_passwords.get(name)
         if password is not None:  # through the sign-in proxy, as itself
             env |= self.client_env(self.api_url) | {CLIENT_AUTH_ENV: f"{name}:{password}"}
@@ -437,6 +451,8 @@ class LocalStack:
         proxy and the other replicas and services process."""
         if self.options.database_url is not None:
             prepare_database(self.options.database_url)  # a DatabaseError before anything runs
+            if self.options.workers > 1:  # their shared ledger, under a role of its own
+                self.ledger_url = prepare_ledger(self.options.database_url, self.ledger_password)
         if self.options.redis_url is not None:
             self.redis = preflight(self.options.redis_url)  # a refusal before anything runs
         wait_for_sandbox = self.launch_sandbox()

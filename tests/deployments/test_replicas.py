@@ -15,6 +15,7 @@ This is the recipe of docs/scaling.md, run as written there (``python -m deploym
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import textwrap
@@ -22,8 +23,11 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 
+from deployments.database import connect_kwargs, ledger_role
 from deployments.stack import LocalStack
 from sandbox.apps import DEMO_MANAGE
 from sandbox.control import SandboxControl
@@ -86,10 +90,31 @@ def test_the_workers_are_spread_over_the_replicas_and_share_the_ledger(stack: Lo
     ledgers = {
         stack.worker_env(name)["COMPLIANCE_LINK_LEDGER_URL"] for name in stack.worker_names()
     }
-    assert ledgers == {stack.options.database_url}
+    assert ledgers == {stack.ledger_url}
+    # the workers' ledger role: its own schema, nothing of Prefect's (not the server's superuser)
+    assert stack.options.database_url is not None and stack.ledger_url is not None
+    server, ledger = make_url(stack.options.database_url), make_url(stack.ledger_url)
+    assert ledger.username == ledger_role(str(server.database)) != server.username
+    assert asyncio.run(_what_the_ledger_role_may(stack.ledger_url)) == (False, True)
     assert stack.services is not None and stack.services.child is not None
     assert "--no-services" in stack.replicas[1].child.command  # type: ignore[union-attr]
     assert stack.services.env()["PREFECT_MESSAGING_BROKER"] == "prefect_redis.messaging"
+
+
+async def _what_the_ledger_role_may(url: str) -> tuple[bool, bool]:
+    """(read Prefect's flow runs, create a table in its own schema) as the ledger's role."""
+    parsed = make_url(url)
+    connection = await asyncpg.connect(**connect_kwargs(parsed, str(parsed.database)))
+    try:
+        try:
+            await connection.fetchval("SELECT count(*) FROM public.flow_run")
+            reads_prefect = True
+        except asyncpg.InsufficientPrivilegeError:
+            reads_prefect = False
+        await connection.execute("CREATE TABLE ledger_probe (x int); DROP TABLE ledger_probe")
+        return reads_prefect, True
+    finally:
+        await connection.close()
 
 
 def test_a_burst_survives_a_services_restart_and_a_rolling_restart(stack: LocalStack) -> None:
