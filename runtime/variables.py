@@ -34,8 +34,10 @@ async def create_once(name: str, value: Any) -> None:
             await client.create_variable(VariableCreate(name=name, value=value))
 
 
+@again_when_busy
 async def variables_starting(prefix: str) -> list[tuple[str, Any]]:
-    """Every Variable whose name starts with ``prefix``: (name, value), by name."""
+    """Every Variable whose name starts with ``prefix``: (name, value), by name. A read, so a
+    5xx of a busy or just-thawed server is asked again, not taken as the run's end."""
     rows: list[tuple[str, Any]] = []
     async with get_client() as client:
         while True:
