@@ -328,8 +328,10 @@ def test_a_worker_cut_off_mid_run_never_applies_twice_or_rewrites_the_run(site: 
     assert not checkpoint(stack).behind(done_at)
 
 
-#: how long the worker host loses the Prefect API, and only it, in the second partition
-PREFECT_CUT_SECONDS = 150
+#: the link comes back this long after the other worker completed the run: what matters is
+#: that the cut-off process, still alive, talks to the server again after that (a longer cut
+#: only makes its client give up more of what it still had to say)
+RESTORE_AFTER_COMPLETED_SECONDS = 10
 #: what the flow-run process logs when its fence ends (runtime/attempts.py)
 SEND_AGE = re.compile(r"Writes left at most ([0-9.]+) s after the check that confirmed")
 
@@ -365,7 +367,6 @@ def test_a_worker_that_loses_only_the_prefect_api_applies_nothing_twice(site: Si
     stale = flow_processes(site.workers[lost_name])
     assert stale, "the run is not running on the host about to be cut off"
     relay.cut()
-    cut_at = time.monotonic()
     try:
         # the Compliance API (the sandbox) still answers; the Prefect API does not
         assert lost_host.http_get(f"{stack.sandbox_url}/_sandbox/health").status is not None
@@ -374,7 +375,7 @@ def test_a_worker_that_loses_only_the_prefect_api_applies_nothing_twice(site: Si
         site.start_worker(other_name)
         completed_elsewhere(stack, run_id)
         run_count = stack.request("GET", f"/flow_runs/{run_id}").json()["run_count"]
-        time.sleep(max(0.0, cut_at + PREFECT_CUT_SECONDS - time.monotonic()))
+        time.sleep(RESTORE_AFTER_COMPLETED_SECONDS)
     finally:
         relay.restore()
     cut_off_process_ended(site, lost_name, stale)
