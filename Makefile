@@ -10,7 +10,7 @@ export PREFECT_CLI_PROMPT ?= false
 # the slow fault-tolerance scenarios too (tests/chaos): every target's pytest runs the whole suite
 export CHAOS_FULL ?= 1
 
-.PHONY: test demo serve bench lint typecheck pytest sync clean nginx
+.PHONY: test quick demo serve bench lint typecheck pytest sync clean nginx
 
 $(CURDIR)/.tools/bin/uv:
 	python3 -m venv .tools
@@ -31,25 +31,44 @@ lint: sync
 typecheck: sync
 	$(RUN) mypy
 
-# The stack tests (tests/deployments: real servers, workers and hosts) spend most of their time
-# waiting on Prefect's timers (crash detection, leases, heartbeats), so they run beside the rest
-# of the suite instead of after it: three pytest sessions at once, each with its own servers,
-# and each printing its own result (the slowest tests too). PYTEST_ARGS (e.g. a test file) runs
-# one session with those arguments instead.
+# The stack and chaos tests spend most of their time waiting on Prefect's timers (crash
+# detection, leases, heartbeats) and on frozen or cut-off servers, so the suite runs as four
+# pytest sessions at once, each with its own servers, each printing its own result (the slowest
+# tests too), balanced by their measured durations (docs/testing.md). PYTEST_ARGS (e.g. a test
+# file) runs one session with those arguments instead.
 STACK_TESTS := tests/deployments
-LONG_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_scale_out.py test_replicas.py test_hosts.py)
+CHAOS_TESTS := tests/chaos
+LONG_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_scale_out.py)
+BESIDE_CHAOS := $(addprefix $(STACK_TESTS)/,test_replicas.py test_hosts.py)
+BESIDE_REST := $(addprefix $(STACK_TESTS)/,test_e2e.py test_auth.py)
+OTHER_STACKS := $(filter-out $(LONG_WAITS) $(BESIDE_CHAOS) $(BESIDE_REST),$(sort $(wildcard $(STACK_TESTS)/test_*.py)))
 PYTEST_SESSION := $(RUN) pytest -q -p no:cacheprovider --durations=5
+SESSIONS := "$(LONG_WAITS)" \
+	"$(CHAOS_TESTS) $(BESIDE_CHAOS) tests/secrets" \
+	"$(OTHER_STACKS)" \
+	"tests $(addprefix --ignore=,$(CHAOS_TESTS) $(LONG_WAITS) $(BESIDE_CHAOS) $(OTHER_STACKS))"
+# $(call run_sessions,"SESSION" ...): the sessions at once, then each one's output in turn; fails
+# if any failed
+run_sessions = logs=$$(mktemp -d); pids=(); index=0; \
+	for session in $(1); do \
+		$(PYTEST_SESSION) $$session > "$$logs/$$index" 2>&1 & pids+=($$!); index=$$((index + 1)); \
+	done; \
+	status=0; index=0; \
+	for session in $(1); do \
+		wait $${pids[$$index]} || status=1; \
+		echo "== pytest $$session =="; cat "$$logs/$$index"; index=$$((index + 1)); \
+	done; \
+	rm -rf "$$logs"; exit $$status
 pytest: sync
 	@if [ -n "$(PYTEST_ARGS)" ]; then exec $(RUN) pytest -q $(PYTEST_ARGS); fi; \
-	waits=$$(mktemp); stacks=$$(mktemp); \
-	$(PYTEST_SESSION) $(LONG_WAITS) > "$$waits" 2>&1 & waits_pid=$$!; \
-	$(PYTEST_SESSION) $(STACK_TESTS) $(addprefix --ignore=,$(LONG_WAITS)) > "$$stacks" 2>&1 & stacks_pid=$$!; \
-	$(PYTEST_SESSION) --ignore=$(STACK_TESTS); rest=$$?; \
-	wait $$waits_pid; waits_status=$$?; wait $$stacks_pid; stacks_status=$$?; \
-	echo "== $(LONG_WAITS) (run beside the rest) =="; cat "$$waits"; \
-	echo "== the other $(STACK_TESTS) tests (run beside the rest) =="; cat "$$stacks"; \
-	rm -f "$$waits" "$$stacks"; \
-	[ $$rest -eq 0 ] && [ $$waits_status -eq 0 ] && [ $$stacks_status -eq 0 ]
+	$(call run_sessions,$(SESSIONS))
+
+# The developer's loop: everything but the stack and chaos tests (they start servers of their
+# own and wait on timers), as two sessions at once: the flows with the Prefect test server, and
+# the rest.
+QUICK_SESSIONS := "tests/flows" "--ignore=$(STACK_TESTS) --ignore=$(CHAOS_TESTS) --ignore=tests/flows"
+quick: sync
+	@$(call run_sessions,$(QUICK_SESSIONS))
 
 # nginx (Debian's nginx-light) for the TLS proxy in front of Prefect (deployments/tls_proxy.py)
 # and its tests: installed when missing if we are root and have apt-get; otherwise it says what
