@@ -6,9 +6,13 @@ them (``postgresql+asyncpg://USER[:PASSWORD]@HOST:PORT/DB``); show one only ``re
 from __future__ import annotations
 
 import asyncio
+import ssl
+from pathlib import Path
 
 import asyncpg
 from sqlalchemy.engine import URL, make_url
+
+from compliance_api.network import is_loopback
 
 POSTGRES_DRIVER = "postgresql+asyncpg"
 MINIMUM_POSTGRES = (14, 9)
@@ -49,20 +53,55 @@ def redact_text(value: str) -> str:
     return f"{scheme}{sep}{user}:***@{tail}" if ":" in credentials else value
 
 
-def connect_kwargs(url: URL, database: str) -> dict[str, object]:
+def _host(url: URL) -> str:
     host = url.query.get("host") or url.host or "127.0.0.1"
+    return host if isinstance(host, str) else host[0]
+
+
+def crosses_hosts(url: URL) -> bool:
+    """The database is on another host (not loopback, not a Unix socket)."""
+    host = _host(url)
+    return not (host.startswith("/") or is_loopback(host))
+
+
+def check_tls(value: str, ca_file: Path | None) -> None:
+    """PostgreSQL on another host only with verified TLS: the password and every record cross
+    the network (docs/scaling.md §1)."""
+    url = parse_database_url(value)
+    if crosses_hosts(url) and ca_file is None:
+        raise DatabaseError(
+            f"--database-url {redacted(url)!r}: PostgreSQL on another host needs verified TLS: "
+            "give --database-ca CA_FILE (the CA of its certificate; ssl = on, hostssl lines)"
+        )
+
+
+def tls_settings(ca_file: Path) -> dict[str, str]:
+    """The Prefect server's settings for verified TLS to PostgreSQL (asyncpg checks the
+    certificate against ``ca_file`` and the host name)."""
+    prefix = "PREFECT_SERVER_DATABASE_SQLALCHEMY_CONNECT_ARGS_TLS_"
     return {
-        "user": url.username,
-        "password": url.password,
-        "host": host if isinstance(host, str) else host[0],
-        "port": url.port or 5432,
-        "database": database,
+        prefix + "ENABLED": "true",
+        prefix + "CA_FILE": str(ca_file),
+        prefix + "CHECK_HOSTNAME": "true",
     }
 
 
-async def _prepare(url: URL) -> None:
+def connect_kwargs(url: URL, database: str, ca_file: Path | None = None) -> dict[str, object]:
+    kwargs: dict[str, object] = {
+        "user": url.username,
+        "password": url.password,
+        "host": _host(url),
+        "port": url.port or 5432,
+        "database": database,
+    }
+    if ca_file is not None:
+        kwargs["ssl"] = ssl.create_default_context(cafile=str(ca_file))
+    return kwargs
+
+
+async def _prepare(url: URL, ca_file: Path | None) -> None:
     try:
-        admin = await asyncpg.connect(**connect_kwargs(url, "postgres"), timeout=10)
+        admin = await asyncpg.connect(**connect_kwargs(url, "postgres", ca_file), timeout=10)
     except (OSError, asyncpg.PostgresError, TimeoutError) as error:
         raise DatabaseError(
             f"cannot reach PostgreSQL at {redacted(url)}: {type(error).__name__}: {error}"
@@ -98,10 +137,10 @@ def ledger_role(database: str) -> str:
     return (LEDGER_ROLE_PREFIX + cleaned)[:63]
 
 
-async def _prepare_ledger(url: URL, password: str) -> URL:
+async def _prepare_ledger(url: URL, password: str, ca_file: Path | None) -> URL:
     role = ledger_role(str(url.database))
     name, literal = quoted_name(role), "'" + password.replace("'", "''") + "'"
-    admin = await asyncpg.connect(**connect_kwargs(url, str(url.database)), timeout=10)
+    admin = await asyncpg.connect(**connect_kwargs(url, str(url.database), ca_file), timeout=10)
     try:
         exists = await admin.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role)
         verb = "ALTER" if exists else "CREATE"
@@ -114,18 +153,23 @@ async def _prepare_ledger(url: URL, password: str) -> URL:
         await admin.execute(f"GRANT CONNECT ON DATABASE {database} TO {name}")
     finally:
         await admin.close()
-    return url.set(drivername="postgresql", username=role, password=password)
+    ledger = url.set(drivername="postgresql", username=role, password=password)
+    if ca_file is not None:  # the ledger checks the server's certificate too (link_ledger.py)
+        ledger = ledger.update_query_dict({"sslmode": "verify-full", "sslrootcert": str(ca_file)})
+    return ledger
 
 
-def prepare_ledger(value: str, password: str) -> str:
+def prepare_ledger(value: str, password: str, ca_file: Path | None = None) -> str:
     """A role of the link ledger's own in the Prefect database (created, or its password set),
     which can touch nothing but its schema: what workers get as the ledger URL, instead of the
     server's own (often superuser) credentials."""
-    url = asyncio.run(_prepare_ledger(parse_database_url(value), password))
+    url = asyncio.run(_prepare_ledger(parse_database_url(value), password, ca_file))
     return url.render_as_string(hide_password=False)
 
 
-def prepare_database(value: str) -> None:
+def prepare_database(value: str, ca_file: Path | None = None) -> None:
     """Check the URL and the server's version (14.9+), create the database if missing (the
-    server migrates the schema itself)."""
-    asyncio.run(_prepare(parse_database_url(value)))
+    server migrates the schema itself); over verified TLS when ``ca_file`` is given, which a
+    database on another host needs (``check_tls``)."""
+    check_tls(value, ca_file)
+    asyncio.run(_prepare(parse_database_url(value), ca_file))

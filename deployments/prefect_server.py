@@ -16,6 +16,7 @@ from typing import Literal
 
 from compliance_api.files import make_dirs
 from deployments.auth import CLIENT_AUTH_ENV, SERVER_AUTH_ENV, check_exposure, url_host
+from deployments.database import tls_settings
 from deployments.processes import ChildProcess, http_ok, wait_until
 from deployments.server_settings import apply_server_settings, redis_settings
 
@@ -29,6 +30,8 @@ class PrefectServerOptions:
     home: Path
     #: postgresql+asyncpg://USER@HOST:PORT/DB (an existing database); None: SQLite in ``home``
     database_url: str | None = None
+    #: the CA of the database's certificate: verified TLS to PostgreSQL (another host needs it)
+    database_ca_file: Path | None = None
     ui: bool = False
     log_path: Path | None = None
     startup_timeout: float = 120.0
@@ -81,6 +84,8 @@ class PrefectServer:
             env[CLIENT_AUTH_ENV] = self.options.auth_string
         if self.options.database_url:
             env["PREFECT_API_DATABASE_CONNECTION_URL"] = self.options.database_url
+        if self.options.database_ca_file is not None:
+            env.update(tls_settings(self.options.database_ca_file))
         if self.options.redis_url:
             env.update(redis_settings(self.options.redis_url))
         apply_server_settings(env)

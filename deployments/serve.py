@@ -61,6 +61,13 @@ def parse_args(argv: list[str] | None = None) -> StackOptions:
         "(created if missing; default: SQLite in the state dir)",
     )
     parser.add_argument(
+        "--database-ca",
+        type=Path,
+        dest="database_ca_file",
+        help="the CA of the database's certificate: verified TLS to PostgreSQL (needed for a "
+        "database on another host)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=1,

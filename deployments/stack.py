@@ -42,6 +42,7 @@ from deployments.auth import (
 )
 from deployments.automations import BLOCK_ENV, GRACE_ENV, WEBHOOK_ENV
 from deployments.database import (
+    check_tls,
     parse_database_url,
     prepare_database,
     prepare_ledger,
@@ -127,6 +128,9 @@ class StackOptions:
     database_url: str | None = None
     #: workers, each standing for a machine of its own (docs/scaling.md)
     workers: int = 1
+    #: the CA of the database's certificate: verified TLS to PostgreSQL, which a database on
+    #: another host needs (the servers, bootstrap's preparation and the workers' ledger)
+    database_ca_file: Path | None = None
     #: redis://HOST:PORT/DB: Prefect's messaging, event ordering and leases in Redis
     redis_url: str | None = None
     #: API servers (more than one: PostgreSQL and Redis required, and a services process)
@@ -164,6 +168,9 @@ class StackOptions:
             check_auth_string(self.auth_string, SERVER_AUTH_ENV)
         if self.database_url is not None:
             parse_database_url(self.database_url)  # a clear error before anything starts
+            check_tls(self.database_url, self.database_ca_file)
+        if self.database_ca_file is not None and not Path(self.database_ca_file).is_file():
+            raise ValueError(f"database_ca_file={str(self.database_ca_file)!r}: no such file")
         if self.redis_url is not None and urlsplit(self.redis_url).scheme not in REDIS_SCHEMES:
             raise ValueError(
                 f"redis_url={redact_text(self.redis_url)!r}: must be a redis:// or rediss:// URL"
@@ -450,9 +457,11 @@ class LocalStack:
         """Sandbox and first server together; once it has migrated the database, the TLS
         proxy and the other replicas and services process."""
         if self.options.database_url is not None:
-            prepare_database(self.options.database_url)  # a DatabaseError before anything runs
+            ca_file = self.options.database_ca_file
+            prepare_database(self.options.database_url, ca_file)  # fails before anything runs
             if self.options.workers > 1:  # their shared ledger, under a role of its own
-                self.ledger_url = prepare_ledger(self.options.database_url, self.ledger_password)
+                password = self.ledger_password
+                self.ledger_url = prepare_ledger(self.options.database_url, password, ca_file)
         if self.options.redis_url is not None:
             self.redis = preflight(self.options.redis_url)  # a refusal before anything runs
         wait_for_sandbox = self.launch_sandbox()
@@ -506,6 +515,7 @@ class LocalStack:
                 port=port,
                 home=self.state_dir / "prefect",
                 database_url=self.options.database_url,
+                database_ca_file=self.options.database_ca_file,
                 ui=self.options.ui and not self.replicas,
                 log_path=self.logs_dir / log,
                 startup_timeout=self.options.startup_timeout,

@@ -115,7 +115,7 @@ async def test_the_count_query_is_one_a_real_prefect_server_answers(
     [
         (["--api-replicas", "2"], "need PostgreSQL (database_url) and Redis (redis_url)"),
         (
-            ["--api-replicas", "2", "--database-url", "postgresql+asyncpg://u@h/d"],
+            ["--api-replicas", "2", "--database-url", "postgresql+asyncpg://u@127.0.0.1/d"],
             "need PostgreSQL (database_url) and Redis (redis_url)",
         ),
         (["--api-replicas", "0"], "api_replicas=0: must be a whole number from 1 to 8"),

@@ -9,61 +9,16 @@ certificate from a test CA: the ledger refuses it unless that CA is the one it t
 
 from __future__ import annotations
 
-import socket
-import ssl
-import struct
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from tests.fixtures.tls import IssuedCert, make_ca
+from tests.fixtures.tls import make_ca
+from tests.fixtures.tls_postgres import HOST, first_seen, tls_postgres
 from write_engine.link_ledger import LinkLedger, ledger_url
 
-SSL_REQUEST, GSSENC_REQUEST = 80877103, 80877104
-HOST = "db.internal"  # the name the ledger checks; the connection goes to 127.0.0.1
-
-
-def _serve_tls_opening(listener: socket.socket, certs: IssuedCert, seen: list[str]) -> None:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certs.cert_file, certs.key_file)
-    while True:
-        try:
-            connection, _ = listener.accept()
-        except OSError:
-            return
-        with connection:
-            code = 0
-            while code != SSL_REQUEST:
-                length, code = struct.unpack("!II", connection.recv(8))
-                if code not in (SSL_REQUEST, GSSENC_REQUEST):
-                    seen.append("plain text")
-                    break
-                connection.sendall(b"S" if code == SSL_REQUEST else b"N")
-            else:
-                try:
-                    with context.wrap_socket(connection, server_side=True) as tls:
-                        seen.append("handshake completed")
-                        tls.recv(1)
-                except (ssl.SSLError, OSError) as error:
-                    seen.append(f"handshake failed: {error}")
-
-
-@pytest.fixture
-def tls_postgres(tmp_path: Path) -> Iterator[tuple[int, Path, list[str]]]:
-    """A port speaking PostgreSQL's TLS opening with a certificate for ``HOST`` from a test CA:
-    (port, that CA's file, what each connection did)."""
-    ca = make_ca(tmp_path / "ca")
-    certs = ca.issue(tmp_path / "server", [HOST])
-    listener = socket.create_server(("127.0.0.1", 0))
-    seen: list[str] = []
-    thread = threading.Thread(target=_serve_tls_opening, args=(listener, certs, seen), daemon=True)
-    thread.start()
-    yield listener.getsockname()[1], ca.cert_file, seen
-    listener.close()
+__all__ = ["tls_postgres"]  # the fixture
 
 
 def _url(port: int, **query: str) -> str:
@@ -80,7 +35,7 @@ def test_beyond_loopback_the_ledger_refuses_a_certificate_it_cannot_verify(
     assert url.query["sslmode"] == "verify-full"
     with pytest.raises(sa.exc.OperationalError, match="certificate verify failed"):
         LinkLedger(url, "tenant")
-    assert _first(seen).startswith("handshake failed"), seen
+    assert first_seen(seen).startswith("handshake failed"), seen
 
     # the same server with the CA the ledger trusts: the handshake completes (then this fake
     # server closes, which a real PostgreSQL would not)
@@ -89,16 +44,7 @@ def test_beyond_loopback_the_ledger_refuses_a_certificate_it_cannot_verify(
     with pytest.raises(sa.exc.OperationalError) as closed:
         LinkLedger(trusted, "tenant")
     assert "certificate verify failed" not in str(closed.value)
-    assert _first(seen) == "handshake completed", seen
-
-
-def _first(seen: list[str]) -> str:
-    """What the server saw of the first connection (its thread may note it a moment after the
-    client gave up)."""
-    deadline = time.monotonic() + 10
-    while not seen and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return seen[0] if seen else "nothing"
+    assert first_seen(seen) == "handshake completed", seen
 
 
 @pytest.mark.parametrize("mode", ["disable", "allow", "prefer", "require", "verify-ca"])
