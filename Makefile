@@ -38,9 +38,9 @@ typecheck: sync
 # file) runs one session with those arguments instead.
 STACK_TESTS := tests/deployments
 CHAOS_TESTS := tests/chaos
-LONG_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_scale_out.py)
-BESIDE_CHAOS := $(addprefix $(STACK_TESTS)/,test_replicas.py test_hosts.py)
-BESIDE_REST := $(addprefix $(STACK_TESTS)/,test_e2e.py test_auth.py)
+LONG_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_scale_out.py test_hosts.py)
+BESIDE_CHAOS := $(addprefix $(STACK_TESTS)/,test_replicas.py)
+BESIDE_REST := $(addprefix $(STACK_TESTS)/,test_e2e.py)
 OTHER_STACKS := $(filter-out $(LONG_WAITS) $(BESIDE_CHAOS) $(BESIDE_REST),$(sort $(wildcard $(STACK_TESTS)/test_*.py)))
 PYTEST_SESSION := $(RUN) pytest -q -p no:cacheprovider --durations=5
 SESSIONS := "$(LONG_WAITS)" \
