@@ -36,6 +36,13 @@ def write_private(path: Path, text: str, mode: int = PRIVATE) -> None:
         handle.write(text.encode())
 
 
+def write_secret(path: Path, text: str) -> None:
+    """``text`` into ``path``, 0600 from the start, and an existing file narrowed to 0600 too
+    (a secret's file must never stay wider than its owner)."""
+    write_private(path, text)
+    os.chmod(path, PRIVATE)
+
+
 def touch(path: Path, mode: int = PRIVATE) -> None:
     """Create ``path`` empty with ``mode`` if it does not exist (before a library opens it)."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))

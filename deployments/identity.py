@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compliance_api.files import write_secret
 from deployments.auth import url_host
 from deployments.processes import ChildProcess, ChildService, http_ok, wait_until
 
@@ -85,10 +86,7 @@ def add_person(path: Path, name: str, password: str) -> None:
     people = read_people(path) if path.exists() else {}
     people[name] = hash_password(password)
     text = "".join(f"{who}:{stored}\n" for who, stored in sorted(people.items()))
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
+    write_secret(path, text)
 
 
 @dataclass

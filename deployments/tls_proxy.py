@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
+from compliance_api.files import write_secret
 from deployments.auth import url_host
 from deployments.processes import ChildProcess, ChildService, wait_until
 
@@ -271,10 +272,7 @@ class TLSProxy(ChildService):
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         (self.state_dir / "temp").mkdir(exist_ok=True)
         config = self.state_dir / "nginx.conf"
-        descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:  # may carry the server's auth string
-            handle.write(render_nginx_config(self.options))
-        os.chmod(config, 0o600)
+        write_secret(config, render_nginx_config(self.options))  # may carry the auth string
         self.pid_path.unlink(missing_ok=True)
         self.child = ChildProcess(
             "nginx (TLS proxy)",

@@ -13,13 +13,13 @@ people file and policy (``serve --people FILE --access-policy FILE``, docs/acces
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from compliance_api.files import write_secret
 from deployments.access import DEFAULT_POLICY
 from deployments.identity import add_person
 
@@ -58,8 +58,8 @@ def ensure(state_dir: Path) -> TryOutPeople:
         people.people_file.unlink(missing_ok=True)
         for name, password in passwords.items():
             add_person(people.people_file, name, password)
-        _write_private(people.passwords_file, _passwords_text(passwords))
-    _write_private(people.policy_file, _policy_text())
+        write_secret(people.passwords_file, _passwords_text(passwords))
+    write_secret(people.policy_file, _policy_text())
     return people
 
 
@@ -90,10 +90,3 @@ def _policy_text() -> str:
         "# serve --access-policy (with --people) to change it.\n"
     )
     return header + yaml.safe_dump(policy, sort_keys=False)
-
-
-def _write_private(path: Path, text: str) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
