@@ -17,3 +17,9 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def crosses_network(host: str) -> bool:
+    """A connection to ``host`` leaves this machine: not loopback, and not a Unix socket (a
+    path, as libpq and asyncpg take one for ``host``); an empty host is the local default."""
+    return bool(host) and not host.startswith("/") and not is_loopback(host)

@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 from sqlalchemy.engine import URL, make_url
 
-from compliance_api.network import is_loopback
+from compliance_api.network import crosses_network
 
 POSTGRES_DRIVER = "postgresql+asyncpg"
 MINIMUM_POSTGRES = (14, 9)
@@ -60,8 +60,7 @@ def _host(url: URL) -> str:
 
 def crosses_hosts(url: URL) -> bool:
     """The database is on another host (not loopback, not a Unix socket)."""
-    host = _host(url)
-    return not (host.startswith("/") or is_loopback(host))
+    return crosses_network(_host(url))
 
 
 def check_tls(value: str, ca_file: Path | None) -> None:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from compliance_api.files import make_dirs, touch
-from compliance_api.network import is_loopback
+from compliance_api.network import crosses_network
 
 LedgerState = Literal["pending", "attached"]
 FILE_NAME = "document-links.sqlite3"
@@ -75,7 +75,7 @@ def _verified_tls(url: URL) -> URL:
     server's certificate and name checked (``sslmode=verify-full``, the default there; libpq's
     own default ``prefer`` checks nothing and falls back to plain text)."""
     host = url.host or str(url.query.get("host", ""))
-    if not host or host.startswith("/") or is_loopback(host):
+    if not crosses_network(host):
         return url  # the Unix socket or loopback: nothing crosses the network
     mode = url.query.get("sslmode", VERIFIED_SSLMODE)
     if mode != VERIFIED_SSLMODE:
