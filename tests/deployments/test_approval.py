@@ -41,6 +41,7 @@ from tests.fixtures.stack import (
     run_deployment,
     stack_options,
     state_of,
+    suspended,
 )
 from tests.fixtures.tls import make_ca, nginx_or_skip
 from tests.fixtures.webhooks import Receiver, webhook_receiver
@@ -129,13 +130,6 @@ def add_calls(control: SandboxControl) -> int:
 
 def csv_rows(pairs: list[tuple[str, str]]) -> str:
     return "person_id,group_id\n" + "".join(f"{person},{group}\n" for group, person in pairs)
-
-
-def suspended(stack: LocalStack, run_id: str) -> dict[str, Any] | None:
-    state = state_of(stack, run_id)
-    if state["type"] in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}:
-        raise AssertionError(f"the run ended {state['name']} instead of waiting: {state}")
-    return state if state["name"] == "Suspended" else None
 
 
 def wait_for_approval(stack: LocalStack, run_id: str) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from tests.fixtures.stack import (
     run_deployment,
     stack_options,
     state_of,
+    suspended,
     triggered_runs,
 )
 
@@ -374,12 +375,12 @@ def test_make_serve_signs_its_try_out_people_in_and_keeps_four_eyes(
             json={"parameters": {"pasted_rows": rows}},
         )
         run = created.raise_for_status().json()["id"]
-        eventually("the run to wait for approval", lambda: waiting(stack, run), 120)
+        eventually("the run to wait for approval", lambda: suspended(stack, run), 120)
         decision = {"run_input": {"approve": "yes", "reason": "my own change"}}
         own = alice.post(f"/flow_runs/{run}/resume", json=decision)
     assert own.status_code == 403 and "alice requested flow run" in own.text
     assert "someone else" in own.text
-    assert waiting(stack, run), "the requester's own approval leaves it waiting"
+    assert suspended(stack, run), "the requester's own approval leaves it waiting"
     assert control.stats()["group_add_counts"].get(group, {}) == {}
 
     with signed_in("bob") as bob:
@@ -391,12 +392,6 @@ def test_make_serve_signs_its_try_out_people_in_and_keeps_four_eyes(
     query = {"artifacts": {"flow_run_id": {"any_": [run]}, "key": {"any_": [ADD_RESULTS]}}}
     (results,) = stack.request("POST", "/artifacts/filter", query).json()
     assert "Approved by bob (requested by alice)" in results["description"]
-
-
-def waiting(stack: LocalStack, run_id: str) -> bool:
-    state = state_of(stack, run_id)
-    assert state["type"] not in {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}, state
-    return bool(state["name"] == "Suspended")
 
 
 # ------------------------------------------------------------------------------- last
