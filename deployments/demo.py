@@ -62,11 +62,9 @@ def _prepare_environment(workdir: Path) -> None:
 
 
 async def _run(flow: Any, **parameters: Any) -> tuple[Any, Any]:
-    from write_engine.outcomes import ItemsFailed
+    from write_engine.in_process import run_in_process
 
-    state = await flow(**parameters, return_state=True)
-    result = await state.result(raise_on_failure=False)
-    return state, (result.summary if isinstance(result, ItemsFailed) else result)
+    return await run_in_process(flow, **parameters)
 
 
 def _files(workdir: Path, seed: dict[str, Any]) -> dict[str, Path]:
