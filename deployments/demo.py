@@ -149,9 +149,8 @@ async def _demo(sandbox: SandboxHandle, workdir: Path) -> list[Step]:
     ]
     bad = [{"account_id": seed["accounts"][0], "tags": {categories[0]: ["no-such-tag"]}}]
     writes_before = sum(sandbox.control.stats()["write_counts"]["account_patch"].values())
-    bad_state: Any = await update_account_tags(accounts=bad, return_state=True)
     try:
-        await bad_state.result()
+        await update_account_tags(accounts=bad)
         rejected = "not rejected"
     except InputError as error:
         rejected = str(error)

@@ -50,9 +50,8 @@ async def test_unknown_category_or_tag_stops_before_any_write(
         tagging(seed, seed["accounts"][0]),
         {"account_id": seed["accounts"][1], "tags": tags},
     ]
-    state = await update_account_tags(accounts=accounts, return_state=True)
     with pytest.raises(InputError) as caught:
-        await state.result()
+        await update_account_tags(accounts=accounts)
     assert caught.value.item == f"account {seed['accounts'][1]}"
     assert caught.value.value == ("no-such-category" if bad == "category" else "no-such-tag")
     assert write_calls(flows_env) == {}

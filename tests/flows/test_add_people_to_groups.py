@@ -76,11 +76,8 @@ async def test_per_person_errors_are_collected_with_messages(
 async def test_bad_input_and_dry_run_make_no_call(
     flows_env: SandboxHandle, seed: dict[str, Any]
 ) -> None:
-    state = await add_people_to_groups(
-        group_ids=[seed["groups"][0]], person_ids=["p-1", ""], return_state=True
-    )
     with pytest.raises(InputError, match=r"person_ids\[1\]"):
-        await state.result()
+        await add_people_to_groups(group_ids=[seed["groups"][0]], person_ids=["p-1", ""])
     state, summary = await run_flow(
         add_people_to_groups,
         group_ids=seed["groups"][:1],

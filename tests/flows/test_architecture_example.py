@@ -52,9 +52,6 @@ async def test_the_guides_write_flow_approves_and_reports_each_item(
 async def test_the_guides_write_flow_checks_input_before_any_call(
     flows_env: SandboxHandle, example: ModuleType
 ) -> None:
-    state = await example.approve_questionnaires(
-        questionnaire_ids=["q-1", "not/valid"], return_state=True
-    )
     with pytest.raises(Exception, match=r"questionnaire_ids\[1\]"):
-        await state.result()
+        await example.approve_questionnaires(questionnaire_ids=["q-1", "not/valid"])
     assert flows_env.control.stats()["route_counts"] == {}

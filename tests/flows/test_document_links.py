@@ -114,9 +114,8 @@ async def test_bad_input_and_dry_run_send_nothing(
         *manifest(seed, 1),
         {"document_id": seed["documents"][1], "url": "not a url", "title": "T"},
     ]
-    state = await attach_document_links(links=bad, return_state=True)
     with pytest.raises(InputError, match=r"links\[1\]"):
-        await state.result()
+        await attach_document_links(links=bad)
     state, summary = await run_flow(attach_document_links, links=manifest(seed), dry_run=True)
     assert state.is_completed() and summary.counts == {Outcome.PLANNED: 2}
     assert flows_env.control.stats()["route_counts"] == {}

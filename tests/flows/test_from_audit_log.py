@@ -139,11 +139,8 @@ async def test_failed_vendors_are_listed_and_rerunnable_and_the_log_moves_on(
 async def test_bad_input_next_to_the_log_stops_before_any_call(flows_env: SandboxHandle) -> None:
     discover(flows_env, 1)
     before = flows_env.control.stats()["route_counts"]
-    state = await promote_discovered_vendors(
-        discovered_vendor_ids=["not ok/1"], from_audit_log=True, return_state=True
-    )
     with pytest.raises(InputError, match=r"discovered_vendor_ids\[0\]"):
-        await state.result()
+        await promote_discovered_vendors(discovered_vendor_ids=["not ok/1"], from_audit_log=True)
     assert flows_env.control.stats()["route_counts"] == before
     assert await VariableCheckpointStore(PROMOTE_CHECKPOINT_VARIABLE).load() is None
 

@@ -48,12 +48,8 @@ async def test_unknown_vendor_fails_red_with_reason_and_already_managed_succeeds
 
 
 async def test_bad_input_makes_no_api_call(flows_env: SandboxHandle) -> None:
-    state = await promote_discovered_vendors(
-        discovered_vendor_ids=["ok-1", "not ok/2"], return_state=True
-    )
-    assert state.is_failed()
     with pytest.raises(InputError, match=r"discovered_vendor_ids\[1\]"):
-        await state.result()
+        await promote_discovered_vendors(discovered_vendor_ids=["ok-1", "not ok/2"])
     stats = flows_env.control.stats()
     assert stats["route_counts"] == {} and stats["token_requests"] == {}
 

@@ -47,15 +47,13 @@ async def test_rejects_bad_ids_unknown_runs_and_too_many_attempts(
         ("nope", ParameterTypeError, "flow_run_id: Input should be a valid UUID"),
         (str(uuid.uuid4()), InputError, "no such flow run"),
     ]:
-        state = await rerun_failed_items(flow_run_id=flow_run_id, return_state=True)
         with pytest.raises(error, match=message):
-            await state.result()
+            await rerun_failed_items(flow_run_id=flow_run_id)
     first, _ = await run_flow(promote_discovered_vendors, discovered_vendor_ids=["missing"])
     second, summary = await run_flow(rerun_failed_items, flow_run_id=run_id(first))
     assert summary.attempt == 2
-    third = await rerun_failed_items(flow_run_id=run_id(second), max_attempts=2, return_state=True)
     with pytest.raises(InputError, match="exceeds max_attempts=2"):
-        await third.result()
+        await rerun_failed_items(flow_run_id=run_id(second), max_attempts=2)
     assert flows_env.control.stats()["route_counts"][ROUTE] == 2
 
 
@@ -63,9 +61,8 @@ async def test_dry_run_leaves_nothing_to_rerun(
     flows_env: SandboxHandle, seed: dict[str, Any]
 ) -> None:
     state, _ = await run_flow(promote_discovered_vendors, discovered_vendor_ids=["x"], dry_run=True)
-    rerun = await rerun_failed_items(flow_run_id=run_id(state), return_state=True)
     with pytest.raises(InputError, match="left no failed-items record"):
-        await rerun.result()
+        await rerun_failed_items(flow_run_id=run_id(state))
 
 
 async def test_rerun_links_to_the_original_and_event_names_the_failures(

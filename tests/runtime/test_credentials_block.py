@@ -142,12 +142,8 @@ async def test_document_links_and_their_rerun_use_the_block(
 @needs_server
 async def test_a_missing_block_fails_before_any_api_call(write_flow_env: SandboxHandle) -> None:
     async with credentials_block(write_flow_env, name="no-such-credentials", save=False):
-        state = await promote_discovered_vendors(
-            discovered_vendor_ids=["vendor-1"], return_state=True
-        )
-    assert state.is_failed()
-    with pytest.raises(ConfigurationError) as error:
-        await state.result()
+        with pytest.raises(ConfigurationError) as error:
+            await promote_discovered_vendors(discovered_vendor_ids=["vendor-1"])
     message = str(error.value)
     assert "COMPLIANCE_CREDENTIALS_BLOCK='no-such-credentials'" in message
     assert "no Compliance Credentials block named 'no-such-credentials'" in message
@@ -160,12 +156,8 @@ async def test_a_source_id_on_a_manage_block_is_refused_naming_the_field(
     write_flow_env: SandboxHandle,
 ) -> None:
     async with credentials_block(write_flow_env, source_id="customer-1") as name:
-        state = await promote_discovered_vendors(
-            discovered_vendor_ids=["vendor-1"], return_state=True
-        )
-    assert state.is_failed()
-    with pytest.raises(ConfigurationError) as error:
-        await state.result()
+        with pytest.raises(ConfigurationError) as error:
+            await promote_discovered_vendors(discovered_vendor_ids=["vendor-1"])
     message = str(error.value)
     assert f"block {name!r} field source_id='customer-1' is only for integration_public" in message
     assert f"Compliance Credentials block {name!r}" in message
