@@ -48,8 +48,10 @@ SESSIONS := "$(LONG_WAITS)" \
 	"$(OTHER_STACKS)" \
 	"tests $(addprefix --ignore=,$(CHAOS_TESTS) $(LONG_WAITS) $(BESIDE_CHAOS) $(OTHER_STACKS))"
 # $(call run_sessions,"SESSION" ...): the sessions at once, then each one's output in turn; fails
-# if any failed
+# if any failed. They share one directory for the migrated SQLite template database, which the
+# first session to need it builds (tests/fixtures/templates.py).
 run_sessions = logs=$$(mktemp -d); pids=(); index=0; \
+	export TEST_DATABASE_TEMPLATES="$$logs/templates"; mkdir "$$TEST_DATABASE_TEMPLATES"; \
 	for session in $(1); do \
 		$(PYTEST_SESSION) $$session > "$$logs/$$index" 2>&1 & pids+=($$!); index=$$((index + 1)); \
 	done; \

@@ -26,6 +26,7 @@ for _name in list(os.environ):
 RUN_LAST = ("tests/secrets/",)
 
 pytest_plugins = [
+    "tests.fixtures.templates",
     "tests.fixtures.prefect",
     "tests.fixtures.sandbox",
     "tests.fixtures.flows",
