@@ -87,6 +87,12 @@ def _auth_message(auth_string: str) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- fixtures
+def log_tail(server: PrefectServer, lines: int = 60) -> str:
+    """The end of the server's log, for an assertion's message."""
+    assert server.options.log_path is not None
+    return "\n".join(server.options.log_path.read_text().splitlines()[-lines:])
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
     """One Prefect server (SQLite) with basic auth, for the module."""
@@ -354,7 +360,7 @@ def test_people_sign_in_at_the_server_itself_when_no_proxy_is_in_front(
         assert wrong.status_code == 401
         alice = ("alice", PASSWORDS["alice"])
         started = client.post(start, json={}, auth=alice)
-        assert started.status_code == 201
+        assert started.status_code == 201, (started.text, log_tail(server))
         record = client.get(
             f"/flow_runs/{started.json()['id']}/input/compliance-requester", auth=alice
         )
