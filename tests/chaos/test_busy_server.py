@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from deployments.prefect_server import PrefectServer, PrefectServerOptions
-from deployments.stack import CLIENT_RETRY_ENV, free_port
+from deployments.stack import free_port
 from sandbox.runner import SandboxHandle
 from tests.fixtures.chaos import child_env, slow, start_child
 from tests.fixtures.flows import TEST_TOKEN_LIMIT
@@ -108,9 +108,7 @@ def test_a_frozen_server_costs_time_not_items(
     vendors = seed["discovered_vendors"][:total]
     assert len(vendors) == total
     chaos_env.control.set_fault(ROUTE, latency_ms=1000)
-    # the client's retries the project's runs get (prefect.yaml), not Prefect's default 5
-    # (62 s of backoff in all), which a starved machine outlasted after the thaw
-    env = child_env({"PREFECT_API_URL": busy_server.api_url} | CLIENT_RETRY_ENV)
+    env = child_env({"PREFECT_API_URL": busy_server.api_url})
     per_process = RUNS_PER_PROCESS * VENDORS_PER_RUN
     children = []
     for number in range(PROCESSES):
