@@ -22,7 +22,7 @@ import re
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
@@ -233,12 +233,17 @@ def flow_processes(worker: Popen[str]) -> list[psutil.Process]:
     return [child for child in children if _is_flow_run(child)]
 
 
+#: what a flow-run process's command line holds: the engine, or Prefect's workspace supervisor
+#: that prepares the flow's directory and then becomes the engine (same process)
+FLOW_RUN_COMMANDS = ("prefect.engine", "flow-run execute", "_workspace_supervisor")
+
+
 def _is_flow_run(process: psutil.Process) -> bool:
     try:
         command = " ".join(process.cmdline())
     except psutil.Error:
         return False
-    return "prefect.engine" in command or "flow-run execute" in command
+    return any(mark in command for mark in FLOW_RUN_COMMANDS)
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -246,6 +251,29 @@ def _alive(process: psutil.Process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def running_at_the_cut(
+    site: Site, name: str, run_id: str, promoted: Callable[[], int]
+) -> list[psutil.Process]:
+    """The run's flow-run processes on host ``name`` once ``CUT_AFTER`` vendors are managed.
+
+    They are collected at every probe from the start, so a starved machine that answers the
+    probe late still finds them; the run must still be running then, or the cut tests nothing.
+    """
+    seen: list[psutil.Process] = []
+
+    def cut_now() -> bool:
+        seen.extend(p for p in flow_processes(site.workers[name]) if p not in seen)
+        return promoted() >= CUT_AFTER
+
+    eventually(f"{CUT_AFTER} vendors managed", cut_now, timeout=300)
+    state = state_of(site.stack, run_id)
+    assert seen and state["type"] == "RUNNING", (
+        f"the run is not running on the host about to be cut off: {state['name']}, "
+        f"flow-run processes seen there: {seen}"
+    )
+    return seen
 
 
 def checkpoint(stack: LocalStack) -> EventLogCheckpoint:
@@ -301,13 +329,7 @@ def test_a_worker_cut_off_mid_run_never_applies_twice_or_rewrites_the_run(site: 
     control.set_fault(ADD_TO_MANAGED, latency_ms=PROMOTION_LATENCY_MS)
 
     run_id = run_deployment(stack, PROMOTE, {"from_audit_log": True, "concurrency": 8})
-    eventually(
-        f"{CUT_AFTER} vendors managed",
-        lambda: sum(managed(control).values()) >= CUT_AFTER,
-        timeout=300,
-    )
-    stale = flow_processes(site.workers[lost_name])
-    assert stale, "the run is not running on the host about to be cut off"
+    stale = running_at_the_cut(site, lost_name, run_id, lambda: sum(managed(control).values()))
     lost_host.cut()
     try:
         site.start_worker(other_name)
@@ -363,9 +385,7 @@ def test_a_worker_that_loses_only_the_prefect_api_applies_nothing_twice(site: Si
         return sum(counts.get(vendor, 0) for vendor in vendors)
 
     run_id = run_deployment(stack, PROMOTE, {"from_audit_log": True, "concurrency": 8})
-    eventually(f"{CUT_AFTER} vendors managed", lambda: promoted() >= CUT_AFTER, timeout=300)
-    stale = flow_processes(site.workers[lost_name])
-    assert stale, "the run is not running on the host about to be cut off"
+    stale = running_at_the_cut(site, lost_name, run_id, promoted)
     relay.cut()
     try:
         # the Compliance API (the sandbox) still answers; the Prefect API does not
