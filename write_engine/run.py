@@ -41,6 +41,7 @@ from write_engine.approval import (
     as_deployed,
     check_can_wait,
 )
+from write_engine.in_process import keep_summary
 from write_engine.inputs import UNUSABLE_ID, ItemInput, ItemT, ParsedItems
 from write_engine.outcomes import (
     AnyResult,
@@ -255,6 +256,7 @@ async def run_write_job(
             await confirmed()
             await record.forget()
         await confirmed()
+    keep_summary(summary)
     if summary.failed:
         failed = ItemsFailed(summary)
         return Failed(message=str(failed), data=failed)

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.objects import StateType
-from prefect.exceptions import MissingResult
+from prefect.exceptions import FailedRun, MissingResult
 
 from flows.questionnaires import route_questionnaires
 from sandbox.runner import SandboxHandle
 from write_engine.in_process import run_in_process
-from write_engine.outcomes import Outcome
+from write_engine.outcomes import ItemsFailed, Outcome
 
 
 @pytest.fixture
@@ -50,4 +50,26 @@ async def test_summary_survives_a_resent_final_state(
     )
     assert final_answer_lost == ["REJECT", "REJECT"]
     assert state.type is StateType.COMPLETED and summary.counts == {Outcome.SUCCEEDED: 1}
+    assert summary.flow_run_id == str(state.state_details.flow_run_id)
+
+
+async def test_failed_items_survive_a_resent_final_state(
+    flows_env: SandboxHandle, seed: dict[str, Any], final_answer_lost: list[str]
+) -> None:
+    """A Failed state the server already held comes back without its ``ItemsFailed``: the
+    engine raises a bare ``FailedRun``, and ``run_in_process`` still returns the summary."""
+    missing = "0" * 24  # well formed, unknown to the service: the item fails with 404
+    parameters: dict[str, Any] = {"route": ["IN_PROGRESS"], "approve": False}
+    with pytest.raises(FailedRun) as raised:
+        await route_questionnaires(questionnaire_ids=[missing], **parameters)
+    assert final_answer_lost == ["REJECT"] and not isinstance(raised.value, ItemsFailed)
+
+    state, summary = await run_in_process(
+        route_questionnaires, questionnaire_ids=[seed["questionnaires"][7], missing], **parameters
+    )
+    assert final_answer_lost == ["REJECT", "REJECT"]
+    assert state.type is StateType.FAILED
+    assert summary.counts == {Outcome.SUCCEEDED: 1, Outcome.FAILED: 1}, summary.counts
+    rerun = [failed.rerun_input for failed in summary.failed_items]
+    assert rerun == [{"questionnaire_id": missing, **parameters}]
     assert summary.flow_run_id == str(state.state_details.flow_run_id)
