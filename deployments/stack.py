@@ -395,6 +395,7 @@ class LocalStack:
             service = {n: v for n, v in os.environ.items() if n.startswith("COMPLIANCE_")}
             env.update(service, COMPLIANCE_STATE_DIR=env["COMPLIANCE_STATE_DIR"])
         env["PREFECT_WORKER_QUERY_SECONDS"] = f"{self.options.worker_poll_seconds:g}"
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         if len(self.replicas) > 1:  # spread round-robin over the API replicas
             names = self.worker_names()
             index = names.index(name) if name in names else 0

@@ -395,7 +395,9 @@ def test_a_crash_after_approval_is_recovered_without_asking_again_or_adding_twic
         resume(stack, run, "dana", approve="yes", reason="CHG-9")
         eventually("the first chunk", lambda: len(added(control, group)) >= 100, 120)
         processes = flow_run_processes(stack)
-        assert processes, "the resumed run's process"
+        # one process per run, the engine itself: no workspace supervisor importing Prefect
+        # first (prefect.yaml's command)
+        assert [p.cmdline()[-2:] for p in processes] == [["-m", "prefect.engine"]], processes
         for process in processes:
             os.kill(process.pid, signal.SIGKILL)  # as if its machine died mid-run
     finally:
