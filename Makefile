@@ -32,7 +32,7 @@ typecheck: sync
 	$(RUN) mypy
 
 # The stack and chaos tests spend most of their time waiting on Prefect's timers (crash
-# detection, leases, heartbeats) and on frozen or cut-off servers, so the suite runs as four
+# detection, leases, heartbeats) and on frozen or cut-off servers, so the suite runs as five
 # pytest sessions at once, each with its own servers, each printing its own result (the slowest
 # tests too), balanced by their measured durations (docs/testing.md). PYTEST_ARGS (e.g. a test
 # file) runs one session with those arguments instead.
@@ -45,19 +45,26 @@ OTHER_STACKS := $(filter-out $(LONG_WAITS) $(BESIDE_CHAOS) $(BESIDE_REST),$(sort
 PYTEST_SESSION := $(RUN) pytest -q -p no:cacheprovider --durations=5
 # a chaos scenario with a stack of its own: beside the long waits, which leave the cores idle most
 BESIDE_LONG_WAITS := $(CHAOS_TESTS)/test_worker_crash.py
-SESSIONS := "$(LONG_WAITS) $(BESIDE_LONG_WAITS)" \
+# the long waits in two sessions, each waiting while the others work: the hosts on a network,
+# and the crashed workers
+NETWORK_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_hosts.py)
+CRASH_WAITS := $(STACK_TESTS)/test_scale_out.py $(BESIDE_LONG_WAITS)
+SESSIONS := "$(NETWORK_WAITS)" "$(CRASH_WAITS)" \
 	"$(CHAOS_TESTS) --ignore=$(BESIDE_LONG_WAITS) $(BESIDE_CHAOS) tests/secrets" \
 	"$(OTHER_STACKS)" \
 	"tests $(addprefix --ignore=,$(CHAOS_TESTS) $(LONG_WAITS) $(BESIDE_CHAOS) $(OTHER_STACKS))"
-# $(call run_sessions,"SESSION" ...): the sessions at once, then each one's output in turn; fails
-# if any failed. They share one directory for the migrated SQLite template database, which the
-# first session to need it builds (tests/fixtures/templates.py).
-run_sessions = logs=$$(mktemp -d); pids=(); index=0; \
+# $(call run_sessions,"SESSION" ...[,CHECKS]): the sessions (and the CHECKS command) at once, then
+# each one's output in turn; fails if any failed. They share one directory for the migrated
+# SQLite template database, which the first session to need it builds
+# (tests/fixtures/templates.py).
+run_sessions = logs=$$(mktemp -d); pids=(); index=0; status=0; \
 	export TEST_DATABASE_TEMPLATES="$$logs/templates"; mkdir "$$TEST_DATABASE_TEMPLATES"; \
+	$(if $(2),( $(2) ) > "$$logs/checks" 2>&1 & checks=$$!;) \
 	for session in $(1); do \
 		$(PYTEST_SESSION) $$session > "$$logs/$$index" 2>&1 & pids+=($$!); index=$$((index + 1)); \
 	done; \
-	status=0; index=0; \
+	$(if $(2),wait $$checks || status=1; echo "== lint and type checks =="; cat "$$logs/checks";) \
+	index=0; \
 	for session in $(1); do \
 		wait $${pids[$$index]} || status=1; \
 		echo "== pytest $$session =="; cat "$$logs/$$index"; index=$$((index + 1)); \
@@ -91,8 +98,10 @@ nginx:
 		echo "Install it as root: apt-get install -y --no-install-recommends $(NGINX_PACKAGE)"; \
 	fi
 
-## make test: lint, type-check and the whole test suite (what CI runs)
-test: nginx lint typecheck pytest
+## make test: lint, type-check and the whole test suite (what CI runs), all at once
+CHECKS := $(RUN) ruff check . && $(RUN) ruff format --check . && $(RUN) mypy
+test: nginx sync
+	@$(call run_sessions,$(SESSIONS),$(CHECKS))
 
 ## make demo: the main job against the embedded sandbox and a local Prefect server
 demo: sync
