@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -200,6 +202,28 @@ def wait_until(
 def http_ok(url: str, headers: Mapping[str, str] | None = None) -> bool:
     """``GET url`` answers 200 (a readiness probe: any error is "not yet")."""
     try:
-        return httpx.get(url, timeout=2.0, headers=headers).status_code == 200
+        return httpx.get(url, timeout=2.0, headers=headers, verify=tls_context()).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def tls_context(cafile: Path | None = None) -> ssl.SSLContext:
+    """What an HTTP client here trusts: ``cafile`` (a stack's own CA), else httpx's default.
+
+    Made once per file and kept: httpx builds a new one for every client it creates, loading
+    the whole CA bundle (about 20 ms of CPU), and the probes and tests create a client for
+    every call, several a second.
+    """
+    if cafile is None:
+        return _default_tls_context()
+    return _tls_context(str(cafile), cafile.stat().st_mtime_ns)
+
+
+@functools.cache
+def _default_tls_context() -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
+@functools.cache
+def _tls_context(cafile: str, modified: int) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=cafile)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import ssl
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -51,7 +50,13 @@ from deployments.database import (
 )
 from deployments.identity import IdentityEndpoint
 from deployments.prefect_server import HOST, PrefectServer, PrefectServerOptions
-from deployments.processes import ChildProcess, http_ok, run_to_completion, wait_until
+from deployments.processes import (
+    ChildProcess,
+    http_ok,
+    run_to_completion,
+    tls_context,
+    wait_until,
+)
 from deployments.redis_check import RedisFacts, check_redis_url, preflight
 from deployments.resources import PROJECT_DIR, WORK_POOL_NAME
 from deployments.tls_proxy import TLSProxy, TLSProxyOptions, require_nginx
@@ -631,9 +636,7 @@ class LocalStack:
 
     def api(self) -> httpx.Client:
         """An HTTP client of the Prefect API with the stack's auth and CA (``request`` retries)."""
-        verify: ssl.SSLContext | bool = True
-        if self.tls_ca is not None:
-            verify = ssl.create_default_context(cafile=str(self.tls_ca))
+        verify = tls_context(self.tls_ca)
         url = self.own_api_url
         return httpx.Client(base_url=url, timeout=30.0, auth=self.http_auth, verify=verify)
 
