@@ -67,6 +67,7 @@ from sandbox.runner import run_sandbox_in_thread
 from tests.deployments.test_access_policy import PEOPLE, with_people
 from tests.fixtures.stack import (
     BRIDGE,
+    TEST_WORKER_POLL_SECONDS,
     assert_no_secret_in_prefect_database,
     assert_stop_leaves_no_process,
     eventually,
@@ -753,7 +754,11 @@ def test_serve_with_tls_runs_the_whole_stack_behind_the_proxy(
         + ["--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file)]
         + ["--tls-ca", str(ca.cert_file)]
     )
-    options.ui, options.worker_poll_seconds, options.sandbox_port = False, 1.0, None
+    options.ui, options.worker_poll_seconds, options.sandbox_port = (
+        False,
+        TEST_WORKER_POLL_SECONDS,
+        None,
+    )
     options.worker_output_to_terminal = False
     with LocalStack(options) as stack:
         assert stack.api_url == f"https://127.0.0.1:{stack.prefect_port}/api"
