@@ -24,12 +24,14 @@ $(CURDIR)/.tools/bin/uv:
 
 sync: .venv/.synced
 
+LINT := $(RUN) ruff check . && $(RUN) ruff format --check .
+TYPECHECK := $(RUN) mypy
+
 lint: sync
-	$(RUN) ruff check .
-	$(RUN) ruff format --check .
+	$(LINT)
 
 typecheck: sync
-	$(RUN) mypy
+	$(TYPECHECK)
 
 # The stack and chaos tests spend most of their time waiting on Prefect's timers (crash
 # detection, leases, heartbeats) and on frozen or cut-off servers, so the suite runs as five
@@ -38,19 +40,20 @@ typecheck: sync
 # file) runs one session with those arguments instead.
 STACK_TESTS := tests/deployments
 CHAOS_TESTS := tests/chaos
-LONG_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_scale_out.py test_hosts.py)
+# the long waits in two sessions, each waiting while the others work: the hosts on a network,
+# and the crashed workers
+NETWORK_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_hosts.py)
+SCALE_OUT := $(STACK_TESTS)/test_scale_out.py
+LONG_WAITS := $(NETWORK_WAITS) $(SCALE_OUT)
 BESIDE_CRASHES := $(addprefix $(STACK_TESTS)/,test_replicas.py)
 BESIDE_REST := $(addprefix $(STACK_TESTS)/,test_e2e.py)
 OTHER_STACKS := $(filter-out $(LONG_WAITS) $(BESIDE_CRASHES) $(BESIDE_REST),$(sort $(wildcard $(STACK_TESTS)/test_*.py)))
 PYTEST_SESSION := $(RUN) pytest -q -p no:cacheprovider --durations=5
 # a chaos scenario with a stack of its own: beside the long waits, which leave the cores idle most
 BESIDE_LONG_WAITS := $(CHAOS_TESTS)/test_worker_crash.py
-# the long waits in two sessions, each waiting while the others work: the hosts on a network,
-# and the crashed workers
-NETWORK_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_hosts.py)
-CRASH_WAITS := $(STACK_TESTS)/test_scale_out.py $(BESIDE_LONG_WAITS)
+CRASH_WAITS := $(SCALE_OUT) $(BESIDE_LONG_WAITS)
 # the replicas test beside the crashed workers, not the frozen server: how long a frozen SQLite
-# server takes to answer again varies (91 to 271 s measured; Prefect's client backs off 2^n s),
+# server takes to answer again varies (91 to 285 s measured; Prefect's client backs off 2^n s),
 # and each session that holds a stack test ends with the secret scan over its state directories
 SESSIONS := "$(NETWORK_WAITS)" "$(CRASH_WAITS) $(BESIDE_CRASHES) tests/secrets" \
 	"$(CHAOS_TESTS) --ignore=$(BESIDE_LONG_WAITS) tests/secrets" \
@@ -102,7 +105,7 @@ nginx:
 	fi
 
 ## make test: lint, type-check and the whole test suite (what CI runs), all at once
-CHECKS := $(RUN) ruff check . && $(RUN) ruff format --check . && $(RUN) mypy
+CHECKS := $(LINT) && $(TYPECHECK)
 test: nginx sync
 	@$(call run_sessions,$(SESSIONS),$(CHECKS))
 

@@ -754,11 +754,8 @@ def test_serve_with_tls_runs_the_whole_stack_behind_the_proxy(
         + ["--tls-cert", str(certs.cert_file), "--tls-key", str(certs.key_file)]
         + ["--tls-ca", str(ca.cert_file)]
     )
-    options.ui, options.worker_poll_seconds, options.sandbox_port = (
-        False,
-        TEST_WORKER_POLL_SECONDS,
-        None,
-    )
+    options.ui, options.sandbox_port = False, None
+    options.worker_poll_seconds = TEST_WORKER_POLL_SECONDS
     options.worker_output_to_terminal = False
     with LocalStack(options) as stack:
         assert stack.api_url == f"https://127.0.0.1:{stack.prefect_port}/api"

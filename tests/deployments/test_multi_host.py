@@ -233,9 +233,9 @@ def flow_processes(worker: Popen[str]) -> list[psutil.Process]:
     return [child for child in children if _is_flow_run(child)]
 
 
-#: what a flow-run process's command line holds: the engine, or Prefect's workspace supervisor
-#: that prepares the flow's directory and then becomes the engine (same process)
-FLOW_RUN_COMMANDS = ("prefect.engine", "flow-run execute", "_workspace_supervisor")
+#: what a flow-run process's command line holds: the engine (prefect.yaml's command), or
+#: Prefect's own CLI for one run
+FLOW_RUN_COMMANDS = ("prefect.engine", "flow-run execute")
 
 
 def _is_flow_run(process: psutil.Process) -> bool:
