@@ -238,6 +238,12 @@ class Gatekeeper:
     def _refusal(self, person: str, method: str, path: str, scope: Scope, body: Any) -> str | None:
         if _asks_for_secrets(scope, body):
             return "block secrets are never served through the proxy"
+        overridden = _job_variables(method, path, body)
+        if overridden and not self.policy.rule_for(person, "PATCH", path.rsplit("/", 1)[0]):
+            return (
+                f"job_variables {sorted(overridden)}: only who may edit the deployment may set "
+                "a run's job variables (they choose the command and environment a worker runs)"
+            )
         if self.policy.rule_for(person, method, path, body if isinstance(body, dict) else None):
             return None
         roles = ", ".join(sorted(self.policy.roles_of(person))) or "no role"
@@ -247,8 +253,11 @@ class Gatekeeper:
         """The body decides: a rule's field condition, a block read that may ask secrets, a
         decision, or a run created for a deployment."""
         blocks = "/block_documents" in path or "/block_types" in path
-        runs = method == "POST" and (RESUME.fullmatch(path) or path.rstrip("/") == "/api/flow_runs")
-        return blocks or bool(runs) or self.policy.needs_body(person, method, path)
+        runs = method == "POST" and (
+            bool(RESUME.fullmatch(path) or CREATE_RUN.fullmatch(path))
+            or path.rstrip("/") == "/api/flow_runs"
+        )
+        return blocks or runs or self.policy.needs_body(person, method, path)
 
     def _authenticated_socket(self, receive: Receive) -> Receive:
         """Prefect's websockets wait for ``{"type": "auth", "token": …}``: a person's client
@@ -382,6 +391,15 @@ def _starts_a_run(path: str, body: Any) -> bool:
         return True
     creates = path.rstrip("/") == "/api/flow_runs" and isinstance(body, dict)
     return creates and bool(body.get("deployment_id"))
+
+
+def _job_variables(method: str, path: str, body: Any) -> dict[str, Any]:
+    """The job variables a deployment's run is created with (the UI's Custom run sends ``{}``):
+    the process work pool takes the worker's ``command`` and ``env`` from them."""
+    if method != "POST" or not CREATE_RUN.fullmatch(path) or not isinstance(body, dict):
+        return {}
+    overridden = body.get("job_variables")
+    return overridden if isinstance(overridden, dict) else {}
 
 
 def _without_ui_login(send: Send) -> Send:

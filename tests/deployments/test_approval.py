@@ -523,6 +523,27 @@ def test_a_run_cannot_turn_off_its_deployments_approval(
     assert added(control, group) == dict.fromkeys(people, 1)
 
 
+def test_a_requester_cannot_choose_the_command_or_environment_a_worker_runs(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    """Job variables set the process worker's ``command`` and ``env``: a requester's run that
+    sets them is refused at the server, names the field, and no run is created."""
+    marker = tmp_path / "ran"
+    deployment = deployment_id(stack, ADD)
+    runs_of = {"flow_runs": {"deployment_id": {"any_": [deployment]}}}
+    before = stack.request("POST", "/flow_runs/count", runs_of).json()
+    for job_variables in ({"command": f"touch {marker}"}, {"env": {"HTTPS_PROXY": "x:1"}}):
+        with as_person(stack, "alice") as alice:
+            response = alice.post(
+                f"/deployments/{deployment}/create_flow_run",
+                json={"parameters": {}, "job_variables": job_variables},
+            )
+        assert response.status_code == 403, response.text
+        assert "job_variables" in response.json()["detail"]
+    assert stack.request("POST", "/flow_runs/count", runs_of).json() == before
+    assert not marker.exists()
+
+
 def test_a_rerun_sends_only_items_of_the_approved_plan(
     stack: LocalStack, control: SandboxControl, seed: dict[str, Any]
 ) -> None:
