@@ -26,7 +26,13 @@ LEASE_STORAGE = {
 #: fraction of a second, and a waiter should not sleep through many such holds.
 SLOT_WAIT = {"PREFECT_SERVER_CONCURRENCY_MAXIMUM_CONCURRENCY_SLOT_WAIT_SECONDS": "1"}
 
-SERVER_SETTINGS = TASK_RUN_RECORDER_BATCHING | LEASE_STORAGE | SLOT_WAIT
+#: A write waits up to 30 s for SQLite's lock (Prefect's default: 10 s, then the request fails
+#: with 500 or 503): on a busy machine a writer can hold it longer, and busy must cost time, not
+#: a failed state change. Below the client's 60 s request timeout. On PostgreSQL it bounds a
+#: statement instead.
+DATABASE_WAIT = {"PREFECT_SERVER_DATABASE_TIMEOUT": "30"}
+
+SERVER_SETTINGS = TASK_RUN_RECORDER_BATCHING | LEASE_STORAGE | SLOT_WAIT | DATABASE_WAIT
 
 
 def apply_server_settings(env: MutableMapping[str, str] | None = None) -> None:

@@ -21,6 +21,7 @@ def test_server_settings_name_real_prefect_settings(monkeypatch: pytest.MonkeyPa
     assert server.services.task_run_recorder.flush_interval == 1
     assert server.concurrency.lease_storage.endswith("lease_storage.filesystem")
     assert server.concurrency.maximum_concurrency_slot_wait_seconds == 1
+    assert server.database.timeout == 30
 
 
 def test_an_operators_own_value_is_kept() -> None:
