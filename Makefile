@@ -46,8 +46,10 @@ NETWORK_WAITS := $(addprefix $(STACK_TESTS)/,test_multi_host.py test_hosts.py)
 SCALE_OUT := $(STACK_TESTS)/test_scale_out.py
 LONG_WAITS := $(NETWORK_WAITS) $(SCALE_OUT)
 BESIDE_CRASHES := $(addprefix $(STACK_TESTS)/,test_replicas.py)
-BESIDE_REST := $(addprefix $(STACK_TESTS)/,test_e2e.py)
-OTHER_STACKS := $(filter-out $(LONG_WAITS) $(BESIDE_CRASHES) $(BESIDE_REST),$(sort $(wildcard $(STACK_TESTS)/test_*.py)))
+# the end-to-end stack beside the hosts on a network, which wait on cut-off connections most of
+# their time (beside the unit tests it made theirs the longest session on a slow machine)
+BESIDE_NETWORK := $(addprefix $(STACK_TESTS)/,test_e2e.py)
+OTHER_STACKS := $(filter-out $(LONG_WAITS) $(BESIDE_CRASHES) $(BESIDE_NETWORK),$(sort $(wildcard $(STACK_TESTS)/test_*.py)))
 PYTEST_SESSION := $(RUN) pytest -q -p no:cacheprovider --durations=5
 # a chaos scenario with a stack of its own: beside the long waits, which leave the cores idle most
 BESIDE_LONG_WAITS := $(CHAOS_TESTS)/test_worker_crash.py
@@ -55,10 +57,10 @@ CRASH_WAITS := $(SCALE_OUT) $(BESIDE_LONG_WAITS)
 # the replicas test beside the crashed workers, not the frozen server: how long a frozen SQLite
 # server takes to answer again varies (91 to 285 s measured; Prefect's client backs off 2^n s),
 # and each session that holds a stack test ends with the secret scan over its state directories
-SESSIONS := "$(NETWORK_WAITS)" "$(CRASH_WAITS) $(BESIDE_CRASHES) tests/secrets" \
+SESSIONS := "$(NETWORK_WAITS) $(BESIDE_NETWORK)" "$(CRASH_WAITS) $(BESIDE_CRASHES) tests/secrets" \
 	"$(CHAOS_TESTS) --ignore=$(BESIDE_LONG_WAITS) tests/secrets" \
 	"$(OTHER_STACKS)" \
-	"tests $(addprefix --ignore=,$(CHAOS_TESTS) $(LONG_WAITS) $(BESIDE_CRASHES) $(OTHER_STACKS))"
+	"tests $(addprefix --ignore=,$(CHAOS_TESTS) $(LONG_WAITS) $(BESIDE_CRASHES) $(BESIDE_NETWORK) $(OTHER_STACKS))"
 # $(call run_sessions,"SESSION" ...[,CHECKS]): the sessions (and the CHECKS command) at once, then
 # each one's output in turn; fails if any failed. They share one directory for the migrated
 # SQLite template database, which the first session to need it builds
