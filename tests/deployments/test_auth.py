@@ -33,7 +33,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 from websockets.typing import Subprotocol
 
 from compliance_api.network import is_loopback
@@ -718,8 +718,13 @@ def test_a_websocket_flood_from_a_stranger_leaves_the_api_answering_and_is_close
     assert (filtered, health) == (200, 200)
     refused = [r for r in results if isinstance(r, InvalidStatus)]
     assert {r.response.status_code for r in refused} <= {429}
-    assert len(codes) + len(refused) == attempts, [
-        r for r in results if isinstance(r, Exception) and not isinstance(r, InvalidStatus)
+    # closed by nginx before any answer: its 10 s header timeout, where the stranger's own
+    # process was too starved to send its request in time (seen on a busy 2-core machine)
+    cut = [r for r in results if isinstance(r, InvalidMessage)]
+    assert len(codes) + len(refused) + len(cut) == attempts, [
+        r
+        for r in results
+        if isinstance(r, Exception) and not isinstance(r, InvalidStatus | InvalidMessage)
     ][:3]
     assert 0 < len(codes) <= CONNECTIONS_PER_CLIENT
     assert codes == [POLICY_VIOLATION] * len(codes), "each closed by the server, none left open"
