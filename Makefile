@@ -64,8 +64,8 @@ PYTEST_SESSION := $(RUN) pytest -q -p no:cacheprovider --durations=5
 BESIDE_LONG_WAITS := $(CHAOS_TESTS)/test_worker_crash.py
 CRASH_WAITS := $(SCALE_OUT) $(BESIDE_LONG_WAITS)
 # the replicas test beside the crashed workers, not the frozen server: how long a frozen SQLite
-# server takes to answer again varies (91 to 285 s measured; Prefect's client backs off 2^n s),
-# and each session that holds a stack test ends with the secret scan over its state directories
+# server takes to answer again varies (91 to 285 s measured; Prefect's client backs off 2^n s);
+# the crash and chaos sessions end with the secret scan over their state directories
 SESSIONS := "$(NETWORK_WAITS) $(BESIDE_NETWORK)" "$(CRASH_WAITS) $(BESIDE_CRASHES) tests/secrets" \
 	"$(CHAOS_TESTS) --ignore=$(BESIDE_LONG_WAITS) tests/secrets" \
 	"$(OTHER_STACKS)" \

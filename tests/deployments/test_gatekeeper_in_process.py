@@ -7,6 +7,7 @@ server with a weak auth string does not start."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -90,7 +91,7 @@ def deployment_app() -> tuple[Starlette, list[Any]]:
     ],
 )
 async def test_only_who_may_edit_a_deployment_sets_a_runs_job_variables(
-    tmp_path: Any, person: str, job_variables: dict[str, Any] | None, status: int
+    tmp_path: Path, person: str, job_variables: dict[str, Any] | None, status: int
 ) -> None:
     """The process work pool takes the worker's ``command`` and ``env`` from a run's job
     variables: a requester who could set them would run any command on a worker, or send the
